@@ -1,0 +1,234 @@
+"""The riscv64 sysroot: Debian trixie with Python and PyTorch, built without emulation.
+
+mmdebstrap's ``extract`` variant unpacks the packages without running any
+maintainer script, so no riscv64 code runs during the build.  What those
+scripts would have done and the project needs is done here by hand
+(``fix_up``), then the Python trees are byte-compiled once under QEMU.
+
+A sysroot is used only if its completion marker matches the manifest's key;
+a stale or half-built one is deleted and rebuilt.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import archive
+from .paths import TOOLCHAINS_DIR, cache_root
+from .privapt import KEYRING
+from .proc import Stopwatch, log, run
+
+MANIFEST_FILE = TOOLCHAINS_DIR / "sysroot.json"
+LOCK_FILE = TOOLCHAINS_DIR / "sysroot.lock"
+# Bump when fix_up/byte-compiling change, so existing caches are rebuilt.
+RECIPE_VERSION = 1
+MARKER = ".rvv-attn-sysroot.json"
+TRIPLET = "riscv64-linux-gnu"
+# Links a merged-/usr system has and an extract-only root lacks.
+MERGED_USR_LINKS = {"lib": "usr/lib", "bin": "usr/bin", "sbin": "usr/sbin"}
+# update-alternatives names -> candidate providers, in order of preference.
+ALTERNATIVES = {
+    "libblas.so.3": ["blas/libblas.so.3", "openblas-pthread/libblas.so.3"],
+    "liblapack.so.3": ["lapack/liblapack.so.3", "openblas-pthread/liblapack.so.3"],
+}
+
+
+@dataclass(frozen=True)
+class Manifest:
+    suite: str
+    arch: str
+    packages: tuple[str, ...]
+
+    @classmethod
+    def load(cls, path: Path = MANIFEST_FILE) -> "Manifest":
+        data = json.loads(path.read_text())
+        return cls(data["suite"], data["arch"], tuple(data["packages"]))
+
+    def key(self) -> str:
+        canonical = json.dumps(
+            {"suite": self.suite, "arch": self.arch, "packages": sorted(self.packages), "recipe": RECIPE_VERSION},
+            sort_keys=True,
+        )
+        return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+    def path(self) -> Path:
+        return cache_root() / "sysroot" / f"{self.suite}-{self.arch}-{self.key()}"
+
+
+def mmdebstrap_command(manifest: Manifest, archive_url: str, target: Path) -> list[str]:
+    source = f"deb [signed-by={KEYRING}] {archive_url} {manifest.suite} main"
+    # Keep the downloaded .debs: their file names are the exact versions that
+    # went in (an extract-only root has no dpkg status). take_deb_versions
+    # records and then deletes them.
+    return [
+        "mmdebstrap", "--variant=extract", f"--architectures={manifest.arch}",
+        f"--include={','.join(manifest.packages)}", "--skip=cleanup/apt/cache",
+        manifest.suite, str(target), source,
+    ]
+
+
+def take_deb_versions(root: Path) -> dict[str, str]:
+    """Read the versions from the kept .debs, then delete them (about 300 MB)."""
+    archives = root / "var/cache/apt/archives"
+    debs = sorted(archives.glob("*.deb"))
+    if not debs:
+        raise FileNotFoundError(f"no .deb files left in {archives}: cannot record the sysroot's versions")
+    versions = parse_deb_names("\n".join(d.name for d in debs))
+    for d in debs:
+        d.unlink()
+    return versions
+
+
+def parse_deb_names(text: str) -> dict[str, str]:
+    """``name_version_arch.deb`` (epoch colon URL-encoded) -> {name: version}."""
+    versions = {}
+    for line in text.split():
+        m = re.fullmatch(r"([^_]+)_([^_]+)_([^_]+)\.deb", line.strip())
+        if m:
+            versions[m.group(1)] = m.group(2).replace("%3a", ":")
+    return dict(sorted(versions.items()))
+
+
+def format_lock(manifest: Manifest, versions: dict[str, str]) -> str:
+    lines = [
+        f"# riscv64 sysroot lock: Debian {manifest.suite}/{manifest.arch}, {len(versions)} packages.",
+        "# Written by the sysroot build (ci/cross/sysroot.py); commit it when it changes.",
+    ]
+    lines += [f"{name} {version}" for name, version in versions.items()]
+    return "\n".join(lines) + "\n"
+
+
+def parse_lock(text: str) -> dict[str, str]:
+    versions = {}
+    for line in text.splitlines():
+        if line.strip() and not line.startswith("#"):
+            name, version = line.split()
+            versions[name] = version
+    return versions
+
+
+def lock_drift(old: dict[str, str], new: dict[str, str]) -> list[str]:
+    changes = []
+    for name in sorted(old.keys() | new.keys()):
+        if old.get(name) != new.get(name):
+            changes.append(f"{name}: {old.get(name, '-')} -> {new.get(name, '-')}")
+    return changes
+
+
+def fix_up(root: Path) -> None:
+    """Do what the skipped maintainer scripts would have done, as far as we need it."""
+    for link, target in MERGED_USR_LINKS.items():
+        path = root / link
+        if not path.exists() and not path.is_symlink():
+            path.symlink_to(target)
+    libdir = root / "usr/lib" / TRIPLET
+    for name, candidates in ALTERNATIVES.items():
+        link = libdir / name
+        if link.exists():
+            continue
+        for candidate in candidates:
+            if (libdir / candidate).exists():
+                if link.is_symlink():
+                    link.unlink()
+                link.symlink_to(candidate)
+                break
+        else:
+            raise FileNotFoundError(f"no provider of {name} in {libdir} (tried {', '.join(candidates)})")
+    # Under ``qemu-riscv64 -L root`` a path that exists in the root shadows the
+    # host's; an empty /tmp there would hide the host's temporary files.
+    tmp = root / "tmp"
+    if tmp.is_dir() and not any(tmp.iterdir()):
+        tmp.rmdir()
+
+
+def python_trees(root: Path) -> list[Path]:
+    """The trees to byte-compile: the standard library and each dist-package, one by one for progress."""
+    stdlib = sorted(p for p in (root / "usr/lib").glob("python3.*") if p.is_dir())
+    dist = root / "usr/lib/python3/dist-packages"
+    packages = sorted(p for p in dist.iterdir() if p.is_dir() and not p.name.endswith((".dist-info", ".egg-info")))
+    return stdlib + packages
+
+
+def byte_compile(root: Path, qemu: Path) -> None:
+    """Write .pyc files once, under QEMU, through the root's real host path.
+
+    Without them ``import torch`` under QEMU takes about twice as long.  Host
+    paths are used because QEMU's ``-L`` redirect cannot create new files, and
+    compileall runs single-process because its worker pool fails under QEMU.
+    """
+    from .runner import guest_command  # runner imports this module
+
+    trees = python_trees(root)
+    for i, tree in enumerate(trees, 1):
+        start = time.monotonic()
+        cmd = guest_command(qemu, root, None, ["python3", "-m", "compileall", "-q", "-j", "1", str(tree)])
+        run(cmd, env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"})
+        log(f"  byte-compiled [{i}/{len(trees)}] {tree.relative_to(root)} ({time.monotonic() - start:.0f} s)")
+
+
+def is_complete(root: Path, key: str) -> bool:
+    try:
+        return json.loads((root / MARKER).read_text()).get("key") == key
+    except (OSError, ValueError):
+        return False
+
+
+def ensure_sysroot(qemu: Path, manifest: Manifest | None = None) -> Path:
+    """Return a complete sysroot for the manifest, building it if needed."""
+    manifest = manifest or Manifest.load()
+    root = manifest.path()
+    key = manifest.key()
+    if is_complete(root, key):
+        return root
+    if root.exists():
+        log(f"{root} is stale or half-built; removing it")
+        shutil.rmtree(root)
+    partial = root.with_name(root.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.parent.mkdir(parents=True, exist_ok=True)
+    archive_url = archive.debian_archive()
+    started = time.monotonic()
+    with Stopwatch(f"building the riscv64 sysroot ({manifest.suite}, {len(manifest.packages)} packages, ~1.1 GB)"):
+        run(mmdebstrap_command(manifest, archive_url, partial), stream=True,
+            hint="mmdebstrap needs root or unprivileged user namespaces; see README, Troubleshooting")
+        versions = take_deb_versions(partial)
+        fix_up(partial)
+    with Stopwatch("byte-compiling the sysroot's Python trees under QEMU (about 2 minutes)"):
+        byte_compile(partial, qemu)
+    record_lock(manifest, versions)
+    (partial / MARKER).write_text(json.dumps({
+        "key": key, "suite": manifest.suite, "packages": len(versions),
+        "build_seconds": round(time.monotonic() - started), "size_bytes": tree_size(partial),
+    }, indent=2))
+    partial.rename(root)
+    return root
+
+
+def record_lock(manifest: Manifest, versions: dict[str, str]) -> None:
+    old = parse_lock(LOCK_FILE.read_text()) if LOCK_FILE.exists() else {}
+    drift = lock_drift(old, versions)
+    if not drift:
+        return
+    LOCK_FILE.write_text(format_lock(manifest, versions))
+    if old:
+        log(f"the archive served other versions than {LOCK_FILE.name} records ({len(drift)} changes); "
+            "the file is updated, commit it:")
+        for line in drift[:20]:
+            log(f"  {line}")
+
+
+def tree_size(root: Path) -> int:
+    total = 0
+    for dirpath, _dirs, files in os.walk(root):
+        for name in files:
+            p = Path(dirpath) / name
+            if not p.is_symlink():
+                total += p.stat().st_size
+    return total

@@ -1,0 +1,98 @@
+"""Running the pytest suite under QEMU and reporting the result as data."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+import xml.etree.ElementTree as ET
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from .paths import BUILD_DIR, PROJECT_ROOT
+from .proc import log, quote
+from .runner import guest_command, guest_env
+from .vlens import Variant
+
+
+@dataclass(frozen=True)
+class Outcome:
+    passed: int = 0
+    failed: int = 0
+    errors: int = 0
+    skipped: int = 0
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.failed == 0 and self.errors == 0
+
+    def line(self) -> str:
+        parts = [f"{self.passed} passed", f"{self.failed} failed"]
+        if self.errors:
+            parts.append(f"{self.errors} errors")
+        if self.skipped:
+            parts.append(f"{self.skipped} skipped")
+        return ", ".join(parts) + f" in {self.seconds:.0f} s"
+
+
+def parse_junit(path: Path) -> Outcome:
+    """Counts from pytest's JUnit XML (one <testsuite>, possibly under <testsuites>)."""
+    root = ET.parse(path).getroot()
+    suites = [root] if root.tag == "testsuite" else list(root.iter("testsuite"))
+    total = failed = errors = skipped = 0
+    seconds = 0.0
+    for s in suites:
+        total += int(s.get("tests", 0))
+        failed += int(s.get("failures", 0))
+        errors += int(s.get("errors", 0))
+        skipped += int(s.get("skipped", 0))
+        seconds += float(s.get("time", 0.0))
+    return Outcome(total - failed - errors - skipped, failed, errors, skipped, seconds)
+
+
+def results_dir(name: str) -> Path:
+    d = BUILD_DIR / "results" / name
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+def run_emulated_pytest(qemu: Path, sysroot: Path, stage: Path, variant: Variant, pytest_args: Sequence[str],
+                        agnostic_ones: bool = False, label: str | None = None) -> tuple[int, Outcome | None]:
+    """Run pytest with the sysroot's python3 under qemu-riscv64 at ``variant``'s VLEN.
+
+    The tests are told which variant must be active (RVV_ATTN_EXPECT_VARIANT),
+    so a build that silently fell back to portable fails instead of passing.
+    """
+    label = label or f"test-{variant.name}"
+    out = results_dir(label)
+    junit = out / "junit.xml"
+    junit.unlink(missing_ok=True)
+    argv = ["python3", "-m", "pytest", f"--junitxml={junit}", "-o", "junit_family=xunit2", *pytest_args]
+    cmd = guest_command(qemu, sysroot, variant, argv, agnostic_ones)
+    tmp = BUILD_DIR / "tmp"
+    tmp.mkdir(parents=True, exist_ok=True)
+    env = guest_env(stage, tmp, extra={
+        "RVV_ATTN_EXPECT_VARIANT": variant.name,
+        "RVV_ATTN_EXPECT_VLEN": str(variant.vlen),
+        "RVV_ATTN_QEMU_CPU": variant.qemu_cpu(agnostic_ones),
+    })
+    log(f"running the suite under QEMU ({variant.qemu_cpu(agnostic_ones)}); importing torch alone takes ~20 s")
+    log(quote(cmd))
+    start = time.monotonic()
+    returncode = subprocess.run(cmd, env=env, cwd=PROJECT_ROOT, stdin=subprocess.DEVNULL).returncode
+    outcome = parse_junit(junit) if junit.exists() else None
+    summary = {"label": label, "vlen": variant.vlen, "qemu_cpu": variant.qemu_cpu(agnostic_ones),
+               "returncode": returncode, "wall_seconds": round(time.monotonic() - start, 1),
+               "outcome": outcome.__dict__ if outcome else None}
+    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    return returncode, outcome
+
+
+def print_summary(label: str, returncode: int, outcome: Outcome | None) -> None:
+    if outcome is None:
+        print(f"{label}: pytest produced no report (exit code {returncode})", file=sys.stderr)
+    else:
+        print(f"{label}: {outcome.line()}", file=sys.stderr)

@@ -1,0 +1,71 @@
+"""The table of RVV variants (toolchains/vlens.json) and what follows from each VLEN."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+from .paths import TOOLCHAINS_DIR
+
+VLENS_FILE = TOOLCHAINS_DIR / "vlens.json"
+# QEMU cannot emulate a larger VLEN, and RVV 1.0 requires at least 128 for V.
+MIN_VLEN, MAX_VLEN = 128, 1024
+
+
+@dataclass(frozen=True)
+class Variant:
+    vlen: int
+    board: str = ""
+
+    @property
+    def name(self) -> str:
+        """Variant id, the same string the C++ namespace and the dispatcher use."""
+        return f"vlen{self.vlen}"
+
+    @property
+    def march(self) -> str:
+        return f"rv64gcv_zvl{self.vlen}b"
+
+    def qemu_cpu(self, agnostic_ones: bool = False) -> str:
+        """The ``-cpu`` string for qemu-riscv64.
+
+        ``agnostic_ones`` fills tail and masked-off lanes with all ones
+        (what real hardware may do) instead of leaving them undisturbed.
+        """
+        cpu = f"rv64,v=true,vlen={self.vlen},elen=64,vext_spec=v1.0"
+        if agnostic_ones:
+            cpu += ",rvv_ta_all_1s=on,rvv_ma_all_1s=on"
+        return cpu
+
+
+def parse_table(text: str) -> tuple[Variant, ...]:
+    data = json.loads(text)
+    variants = []
+    for row in data["vlens"]:
+        vlen = int(row["vlen"])
+        if vlen & (vlen - 1) or not MIN_VLEN <= vlen <= MAX_VLEN:
+            raise ValueError(f"VLEN {vlen} in {VLENS_FILE.name} must be a power of two in [{MIN_VLEN}, {MAX_VLEN}]")
+        variants.append(Variant(vlen, row.get("board", "")))
+    if len({v.vlen for v in variants}) != len(variants):
+        raise ValueError(f"duplicate VLEN in {VLENS_FILE.name}")
+    return tuple(sorted(variants, key=lambda v: v.vlen))
+
+
+@cache
+def variants(path: Path = VLENS_FILE) -> tuple[Variant, ...]:
+    return parse_table(path.read_text())
+
+
+def by_vlen(vlen: int) -> Variant:
+    for v in variants():
+        if v.vlen == vlen:
+            return v
+    known = ", ".join(str(v.vlen) for v in variants())
+    raise ValueError(f"VLEN {vlen} is not in {VLENS_FILE.name} (known: {known})")
+
+
+def github_matrix() -> str:
+    """The CI matrix as JSON, so the workflow's VLEN list comes from the same table."""
+    return json.dumps({"vlen": [v.vlen for v in variants()]})

@@ -1,0 +1,68 @@
+// Input checks shared by every operator entry point. Each failure names the
+// operator, the argument and the offending value, and fires before anything
+// is written.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <c10/util/Exception.h>
+
+#include <initializer_list>
+#include <string>
+
+#include "kernel_api.h"
+
+namespace rvv_attn::checks {
+
+inline std::string shape_of(const at::Tensor& t) { return c10::str(t.sizes()); }
+
+inline void cpu_tensor(const char* op, const char* name, const at::Tensor& t) {
+  TORCH_CHECK(t.defined(), op, ": ", name, " is undefined");
+  TORCH_CHECK(t.device().is_cpu(), op, ": ", name, " must be a CPU tensor, got device ", t.device());
+}
+
+inline void rank(const char* op, const char* name, const at::Tensor& t, int64_t dims, const char* layout) {
+  cpu_tensor(op, name, t);
+  TORCH_CHECK(t.dim() == dims, op, ": ", name, " must be ", dims, "-D ", layout, ", got shape ", shape_of(t));
+}
+
+inline void size_is(const char* op, const char* name, const at::Tensor& t, int64_t dim, int64_t expected,
+                    const char* what) {
+  TORCH_CHECK(t.size(dim) == expected, op, ": ", name, ".size(", dim, ") = ", t.size(dim), " but ", what, " is ",
+              expected, " (", name, " has shape ", shape_of(t), ")");
+}
+
+inline void dense_last_dim(const char* op, const char* name, const at::Tensor& t) {
+  TORCH_CHECK(t.size(-1) <= 1 || t.stride(-1) == 1, op, ": ", name,
+              " must be contiguous in its last dimension, got strides ", c10::str(t.strides()));
+}
+
+// float32, bfloat16 or float16 -> DType; anything else is an error.
+inline DType float_dtype(const char* op, const char* name, const at::Tensor& t) {
+  switch (t.scalar_type()) {
+    case at::kFloat: return DType::Float32;
+    case at::kBFloat16: return DType::BFloat16;
+    case at::kHalf: return DType::Float16;
+    default:
+      TORCH_CHECK(false, op, ": ", name, " has dtype ", t.scalar_type(),
+                  "; supported are float32, bfloat16 and float16");
+  }
+  return DType::Float32;  // unreachable
+}
+
+inline void same_dtype(const char* op, const char* name, const at::Tensor& t, const char* ref_name,
+                       const at::Tensor& ref) {
+  TORCH_CHECK(t.scalar_type() == ref.scalar_type(), op, ": ", name, " has dtype ", t.scalar_type(), " but ",
+              ref_name, " has ", ref.scalar_type(), "; they must match");
+}
+
+inline void index_dtype(const char* op, const char* name, const at::Tensor& t,
+                        std::initializer_list<at::ScalarType> allowed) {
+  for (at::ScalarType s : allowed) {
+    if (t.scalar_type() == s) return;
+  }
+  std::string names;
+  for (at::ScalarType s : allowed) names += (names.empty() ? "" : " or ") + std::string(c10::toString(s));
+  TORCH_CHECK(false, op, ": ", name, " must have dtype ", names, ", got ", t.scalar_type());
+}
+
+}  // namespace rvv_attn::checks

@@ -1,0 +1,22 @@
+// The exported table of this variant's kernels; dispatch.cpp collects one
+// per compiled variant.
+#include "kernel_api.h"
+#include "variant.h"
+
+#define RVV_ATTN_STR2(x) #x
+#define RVV_ATTN_STR(x) RVV_ATTN_STR2(x)
+
+namespace RVV_ATTN_NS {
+
+void write_kv(const rvv_attn::KvWriteParams&, const rvv_attn::ThreadPool&);
+
+const rvv_attn::KernelTable& kernel_table() {
+  static const rvv_attn::KernelTable table{
+      RVV_ATTN_STR(RVV_ATTN_VARIANT),
+      RVV_ATTN_VLEN,
+      &write_kv,
+  };
+  return table;
+}
+
+}  // namespace RVV_ATTN_NS

@@ -1,0 +1,86 @@
+"""Shared fixtures: which kernel variants can run here, and the run's header.
+
+On the host only the portable variant runs. Under QEMU the session sets
+RVV_ATTN_EXPECT_VARIANT; there every kernel test runs once with that RVV
+variant and once with the portable build compiled for riscv64, and a test
+marked ``rvv`` fails (it does not skip) if the RVV variant is not active.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+EXPECTED_VARIANT = os.environ.get("RVV_ATTN_EXPECT_VARIANT", "")
+
+try:
+    import rvv_attn
+except Exception as err:  # noqa: BLE001 - reported by pytest_collection below
+    rvv_attn = None
+    IMPORT_ERROR: Exception | None = err
+else:
+    IMPORT_ERROR = None
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    if rvv_attn is None:
+        return [f"rvv-attn: import failed: {IMPORT_ERROR}"]
+    info = rvv_attn.runtime_info()
+    vlen = info["cpu_vlen"]
+    cpu = f"VLEN {vlen} (read from vlenb)" if vlen else "no RVV (V extension absent)"
+    lines = [
+        f"rvv-attn: CPU {cpu}; active variant {info['active_variant']}; "
+        f"compiled: {', '.join(info['compiled_variants'])}; torch {info['torch']}",
+    ]
+    if os.environ.get("RVV_ATTN_QEMU_CPU"):
+        lines.append(f"rvv-attn: qemu -cpu {os.environ['RVV_ATTN_QEMU_CPU']}")
+    return lines
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    # A broken build must fail the run, never turn into skipped tests.
+    if rvv_attn is None:
+        raise pytest.UsageError(f"cannot import rvv_attn: {IMPORT_ERROR}")
+
+
+def rvv_active() -> bool:
+    info = rvv_attn.runtime_info()
+    return info["cpu_vlen"] > 0 and info["active_variant"] != "portable"
+
+
+def runnable_variants() -> list[str]:
+    """The compiled variants that may run on this CPU: portable, plus the RVV one matching its VLEN."""
+    info = rvv_attn.runtime_info()
+    names = ["portable"]
+    match = f"vlen{info['cpu_vlen']}"
+    if info["cpu_vlen"] and match in info["compiled_variants"]:
+        names.append(match)
+    return names
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if rvv_active():
+        return
+    if EXPECTED_VARIANT:
+        # An emulated session whose RVV variant is not active: make it loud.
+        raise pytest.UsageError(
+            f"RVV_ATTN_EXPECT_VARIANT={EXPECTED_VARIANT} but the active variant is "
+            f"{rvv_attn.runtime_info()['active_variant']}: the RVV build is missing or was not selected"
+        )
+    skip = pytest.mark.skip(reason="needs an RVV build at the CPU's VLEN: run `nox -s test-vlen256` (or another VLEN)")
+    for item in items:
+        if "rvv" in item.keywords:
+            item.add_marker(skip)
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "kernel_variant" in metafunc.fixturenames:
+        metafunc.parametrize("kernel_variant", runnable_variants(), indirect=True)
+
+
+@pytest.fixture
+def kernel_variant(request: pytest.FixtureRequest):
+    """Run the test with one kernel variant selected, then restore the previous one."""
+    with rvv_attn.use_variant(request.param) as name:
+        yield name

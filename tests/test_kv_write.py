@@ -1,0 +1,93 @@
+"""decode_set_kv_buffer: the KV-cache write that decode attention does first."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import rvv_attn
+from reference import write_kv as reference_write_kv
+
+OP = rvv_attn.ops.decode_set_kv_buffer
+DTYPES = [torch.float32, torch.bfloat16, torch.float16]
+
+
+def make_case(batch, heads_kv, head_dim, head_dim_v, dtype, slots=64, strided=False, seed=0):
+    g = torch.Generator().manual_seed(seed)
+
+    def randn(*shape):
+        return torch.randn(*shape, generator=g).to(dtype)
+
+    if strided:
+        # Views whose outer strides are not those of a dense tensor: a cache
+        # carved out of a wider pool and new K/V sliced from a fused tensor.
+        k_buffer = randn(slots, heads_kv + 1, head_dim + 3)[:, 1:, 2 : 2 + head_dim]
+        v_buffer = randn(slots, heads_kv, head_dim_v + 5)[:, :, :head_dim_v]
+        key = randn(batch, heads_kv, head_dim + head_dim_v)[:, :, :head_dim]
+        value = randn(batch * 2, heads_kv, head_dim_v)[::2]
+    else:
+        k_buffer = randn(slots, heads_kv, head_dim)
+        v_buffer = randn(slots, heads_kv, head_dim_v)
+        key = randn(batch, heads_kv, head_dim)
+        value = randn(batch, heads_kv, head_dim_v)
+    loc = torch.randperm(slots, generator=g)[:batch].to(torch.int64)
+    return k_buffer, v_buffer, key, value, loc
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize(
+    "batch,heads_kv,head_dim,head_dim_v",
+    [(1, 1, 1, 1), (3, 2, 33, 55), (4, 8, 128, 64), (2, 3, 256, 256), (5, 1, 1000, 7)],
+)
+@pytest.mark.parametrize("strided", [False, True], ids=["dense", "strided"])
+def test_rows_land_at_their_slots_and_nothing_else_changes(kernel_variant, dtype, batch, heads_kv, head_dim,
+                                                           head_dim_v, strided):
+    k_buffer, v_buffer, key, value, loc = make_case(batch, heads_kv, head_dim, head_dim_v, dtype, strided=strided)
+    k_expected, v_expected = k_buffer.clone(), v_buffer.clone()
+    reference_write_kv(k_expected, v_expected, key, value, loc)
+    OP(k_buffer, v_buffer, key, value, loc)
+    # A copy must be exact, bit for bit, in every dtype.
+    assert torch.equal(k_buffer, k_expected)
+    assert torch.equal(v_buffer, v_expected)
+
+
+def test_empty_batch_is_a_no_op(kernel_variant):
+    k_buffer, v_buffer, key, value, loc = make_case(0, 2, 16, 16, torch.float32)
+    before = k_buffer.clone(), v_buffer.clone()
+    OP(k_buffer, v_buffer, key, value, loc)
+    assert torch.equal(k_buffer, before[0]) and torch.equal(v_buffer, before[1])
+
+
+def _bad(case, **change):
+    args = dict(zip(["k_buffer", "v_buffer", "key", "value", "loc"], case))
+    args.update(change)
+    return args
+
+
+BAD_INPUTS = {
+    "slot past the end": (lambda c: _bad(c, loc=torch.tensor([1, 64], dtype=torch.int64)), r"loc\[1\] = 64 is outside"),
+    "negative slot": (lambda c: _bad(c, loc=torch.tensor([-1, 3], dtype=torch.int64)), r"loc\[0\] = -1 is outside"),
+    "repeated slot": (lambda c: _bad(c, loc=torch.tensor([5, 5], dtype=torch.int64)), r"slot 5 more than once"),
+    "int32 loc": (lambda c: _bad(c, loc=c[4].to(torch.int32)), r"loc must have dtype Long"),
+    "float64 cache": (lambda c: _bad(c, k_buffer=c[0].double(), v_buffer=c[1].double(), key=c[2].double(),
+                                     value=c[3].double()), r"k_buffer has dtype Double"),
+    "key dtype differs": (lambda c: _bad(c, key=c[2].half()), r"key has dtype Half but k_buffer has Float"),
+    "head count differs": (lambda c: _bad(c, key=c[2][:, :1]), r"key.size\(1\) = 1 but k_buffer.size\(1\)"),
+    "head dim differs": (lambda c: _bad(c, value=c[3][:, :, :3]), r"value.size\(2\) = 3 but v_buffer.size\(2\)"),
+    "batch differs": (lambda c: _bad(c, value=c[3][:1]), r"value.size\(0\) = 1 but key.size\(0\)"),
+    "wrong rank": (lambda c: _bad(c, key=c[2][0]), r"key must be 3-D"),
+    "strided last dim": (lambda c: _bad(c, key=torch.cat([c[2], c[2]], dim=2)[:, :, ::2]),
+                         r"key must be contiguous in its last dimension"),
+}
+
+
+@pytest.mark.parametrize("name", list(BAD_INPUTS))
+def test_bad_input_raises_a_clear_error_and_writes_nothing(kernel_variant, name):
+    mutate, message = BAD_INPUTS[name]
+    case = make_case(2, 2, 16, 8, torch.float32)
+    args = mutate(case)
+    k_before, v_before = args["k_buffer"].clone(), args["v_buffer"].clone()
+    with pytest.raises(RuntimeError, match=r"rvv_attn.decode_set_kv_buffer: .*" + message):
+        OP(**args)
+    assert torch.equal(args["k_buffer"], k_before)
+    assert torch.equal(args["v_buffer"], v_before)

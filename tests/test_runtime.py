@@ -1,0 +1,51 @@
+"""Variant selection and the VLEN guard."""
+
+from __future__ import annotations
+
+import os
+import re
+
+import pytest
+
+import rvv_attn
+
+
+def test_portable_variant_is_always_compiled_and_runnable():
+    info = rvv_attn.runtime_info()
+    assert info["compiled_variants"][0] == "portable"
+    with rvv_attn.use_variant("portable") as name:
+        assert name == "portable"
+        assert rvv_attn.runtime_info()["active_variant"] == "portable"
+    assert rvv_attn.runtime_info()["active_variant"] == info["active_variant"]
+
+
+def test_unknown_variant_lists_the_compiled_ones():
+    before = rvv_attn.runtime_info()["active_variant"]
+    with pytest.raises(RuntimeError, match=r"unknown variant 'vlen999'.*portable"):
+        rvv_attn.select_variant("vlen999")
+    assert rvv_attn.runtime_info()["active_variant"] == before
+
+
+@pytest.mark.rvv
+def test_cpu_vlen_and_active_variant_are_what_the_session_asked_for():
+    info = rvv_attn.runtime_info()
+    expected_vlen = int(os.environ["RVV_ATTN_EXPECT_VLEN"])
+    # Read from the CPU's vlenb, so a QEMU started at another VLEN shows here.
+    assert info["cpu_vlen"] == expected_vlen
+    assert info["active_variant"] == os.environ["RVV_ATTN_EXPECT_VARIANT"] == f"vlen{expected_vlen}"
+    assert info["reason"].startswith("auto")
+
+
+@pytest.mark.rvv
+def test_variant_for_another_vlen_is_refused_with_both_vlens_named():
+    info = rvv_attn.runtime_info()
+    cpu = info["cpu_vlen"]
+    others = [v for v in info["compiled_variants"] if v not in ("portable", f"vlen{cpu}")]
+    assert others, "the emulated build should hold every VLEN variant from toolchains/vlens.json"
+    for name in others:
+        vlen = int(name.removeprefix("vlen"))
+        pattern = rf"variant '{name}' is built for VLEN {vlen} but this CPU has VLEN {cpu}"
+        with pytest.raises(RuntimeError, match=re.escape(pattern).replace(r"\ ", " ")):
+            rvv_attn.select_variant(name)
+        # The refused selection left the working one in place.
+        assert rvv_attn.runtime_info()["active_variant"] == info["active_variant"]
