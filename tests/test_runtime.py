@@ -33,7 +33,9 @@ def test_cpu_vlen_and_active_variant_are_what_the_session_asked_for():
     # Read from the CPU's vlenb, so a QEMU started at another VLEN shows here.
     assert info["cpu_vlen"] == expected_vlen
     assert info["active_variant"] == os.environ["RVV_ATTN_EXPECT_VARIANT"] == f"vlen{expected_vlen}"
-    assert info["reason"].startswith("auto")
+    # ... and it is what automatic selection picks on this CPU.
+    assert rvv_attn.select_variant("auto") == info["active_variant"]
+    assert rvv_attn.runtime_info()["reason"].startswith("auto")
 
 
 @pytest.mark.rvv

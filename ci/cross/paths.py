@@ -7,7 +7,9 @@ from pathlib import Path
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 TOOLCHAINS_DIR = PROJECT_ROOT / "toolchains"
-BUILD_DIR = PROJECT_ROOT / "build"
+# Build trees, the staged wheel and test results; RVV_ATTN_BUILD_DIR moves
+# them (e.g. to keep two concurrent builds apart).
+BUILD_DIR = Path(os.environ.get("RVV_ATTN_BUILD_DIR") or PROJECT_ROOT / "build").resolve()
 
 
 def cache_root(environ: dict[str, str] | None = None) -> Path:

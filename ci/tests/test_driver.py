@@ -1,0 +1,251 @@
+"""Host-side unit tests of the cross-toolchain driver (no network, no QEMU)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from cross import archive, build, host, paths, runner, sysroot, testrun, vlens
+from cross.errors import CommandFailed, ConfigError
+from cross.proc import run
+
+# ---- VLEN table ---------------------------------------------------------------------------------
+
+
+def test_vlen_table_is_the_four_board_vlens_in_order():
+    assert [v.vlen for v in vlens.variants()] == [128, 256, 512, 1024]
+    assert [v.name for v in vlens.variants()] == ["vlen128", "vlen256", "vlen512", "vlen1024"]
+
+
+def test_variant_flags_and_qemu_cpu():
+    v = vlens.by_vlen(256)
+    assert v.march == "rv64gcv_zvl256b"
+    assert v.qemu_cpu() == "rv64,v=true,vlen=256,elen=64,vext_spec=v1.0"
+    assert v.qemu_cpu(agnostic_ones=True).endswith(",rvv_ta_all_1s=on,rvv_ma_all_1s=on")
+
+
+@pytest.mark.parametrize("bad", [96, 2048, 64, 300])
+def test_vlen_table_rejects_impossible_vlens(bad):
+    with pytest.raises(ValueError, match=str(bad)):
+        vlens.parse_table(json.dumps({"vlens": [{"vlen": bad}]}))
+
+
+def test_vlen_table_rejects_duplicates():
+    with pytest.raises(ValueError, match="duplicate"):
+        vlens.parse_table(json.dumps({"vlens": [{"vlen": 256}, {"vlen": 256}]}))
+
+
+def test_unknown_vlen_lists_known_ones():
+    with pytest.raises(ValueError, match="known: 128, 256, 512, 1024"):
+        vlens.by_vlen(2048)
+
+
+def test_github_matrix_comes_from_the_table():
+    assert json.loads(vlens.github_matrix()) == {"vlen": [128, 256, 512, 1024]}
+
+
+def test_cmake_reads_the_same_table():
+    cmake = (paths.PROJECT_ROOT / "cmake" / "RvvVariants.cmake").read_text()
+    assert "toolchains/vlens.json" in cmake
+    # No VLEN is spelled out in CMake: the list must come from the table.
+    for v in vlens.variants():
+        assert f"zvl{v.vlen}b" not in cmake
+
+
+# ---- cache and archive configuration --------------------------------------------------------------
+
+
+def test_cache_root_follows_xdg_and_override():
+    assert paths.cache_root({"HOME": "/home/u"}) == Path("/home/u/.cache/rvv-attn")
+    assert paths.cache_root({"HOME": "/home/u", "XDG_CACHE_HOME": "/c"}) == Path("/c/rvv-attn")
+    assert paths.cache_root({"HOME": "/h", "XDG_CACHE_HOME": "/c", "RVV_ATTN_CACHE": "/x"}) == Path("/x")
+
+
+DEB822 = """\
+Types: deb
+URIs: http://mirror.example/debian
+Suites: bookworm bookworm-updates
+Components: main
+Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
+
+Types: deb
+URIs: http://mirror.example/debian-security
+Suites: bookworm-security
+Components: main
+
+Types: deb
+URIs: http://other.example/debian
+Suites: bookworm
+Enabled: no
+"""
+
+
+def test_archive_from_deb822_sources_skips_security_and_disabled(tmp_path):
+    (tmp_path / "sources.list.d").mkdir()
+    (tmp_path / "sources.list.d" / "debian.sources").write_text(DEB822)
+    assert archive.host_archives(tmp_path) == ["http://mirror.example/debian"]
+
+
+def test_archive_from_one_line_sources(tmp_path):
+    (tmp_path / "sources.list").write_text(
+        "# comment\n"
+        "deb [arch=amd64 signed-by=/k.gpg] https://m.example/debian/ trixie main\n"
+        "deb http://m.example/debian-security trixie-security main\n"
+        "deb http://ppa.example/ubuntu noble main\n"
+    )
+    assert archive.host_archives(tmp_path) == ["https://m.example/debian"]
+
+
+def test_archive_env_wins_and_missing_archive_names_the_variable(tmp_path):
+    env = {archive.ARCHIVE_ENV: "https://m.example/debian/"}
+    assert archive.debian_archive(env, tmp_path) == "https://m.example/debian"
+    with pytest.raises(ConfigError, match=archive.ARCHIVE_ENV):
+        archive.debian_archive({}, tmp_path)
+    with pytest.raises(ConfigError, match="not an http"):
+        archive.debian_archive({archive.ARCHIVE_ENV: "mirror.example"}, tmp_path)
+
+
+def test_ubuntu_sources_give_no_debian_archive(tmp_path):
+    (tmp_path / "sources.list.d").mkdir()
+    (tmp_path / "sources.list.d" / "ubuntu.sources").write_text(
+        "Types: deb\nURIs: http://archive.ubuntu.com/ubuntu\nSuites: noble noble-updates\nComponents: main\n"
+    )
+    assert archive.host_archives(tmp_path) == []
+
+
+# ---- host prerequisites ---------------------------------------------------------------------------
+
+
+def test_os_release_parsing():
+    osr = host.parse_os_release('PRETTY_NAME="Debian GNU/Linux 12 (bookworm)"\nID=debian\nVERSION_ID="12"\n'
+                                "VERSION_CODENAME=bookworm\n")
+    assert (osr.id, osr.version_id, osr.codename, osr.is_debian_family) == ("debian", "12", "bookworm", True)
+    assert not host.parse_os_release("ID=fedora\n").is_debian_family
+
+
+def test_missing_packages_uses_marker_files(tmp_path):
+    present = tmp_path / "clang"
+    present.touch()
+    assert host.missing_packages({"clang-19": str(present), "lld-19": str(tmp_path / "nope")}) == ["lld-19"]
+
+
+def test_privilege_prefix():
+    assert host.privilege_prefix(euid=0) == []
+    assert host.privilege_prefix(euid=1000, sudo="") is None
+
+
+def test_install_command_is_noninteractive_apt():
+    cmds = host.install_command(["sudo", "-n"], ["clang-19", "lld-19"])
+    assert cmds[0][:2] == ["sudo", "-n"] and cmds[0][-2:] == ["update", "-q"]
+    assert cmds[1][-2:] == ["clang-19", "lld-19"] and "DEBIAN_FRONTEND=noninteractive" in cmds[1]
+
+
+# ---- sysroot manifest, lock and cache key ---------------------------------------------------------
+
+
+def test_manifest_key_ignores_package_order_and_changes_with_content():
+    a = sysroot.Manifest("trixie", "riscv64", ("python3", "libtorch-dev"))
+    b = sysroot.Manifest("trixie", "riscv64", ("libtorch-dev", "python3"))
+    c = sysroot.Manifest("trixie", "riscv64", ("python3",))
+    assert a.key() == b.key() != c.key()
+    assert a.path().name == f"trixie-riscv64-{a.key()}"
+
+
+def test_committed_manifest_has_what_the_suite_needs():
+    m = sysroot.Manifest.load()
+    assert m.suite == "trixie" and m.arch == "riscv64"
+    for pkg in ("python3", "python3-torch", "libtorch-dev", "python3-pytest", "python3-hypothesis", "libc6-dev"):
+        assert pkg in m.packages
+
+
+def test_deb_names_to_versions_and_lock_round_trip():
+    names = "python3_3.13.5-1_riscv64.deb libfoo2_1%3a2.0-3_riscv64.deb junk.txt"
+    versions = sysroot.parse_deb_names(names)
+    assert versions == {"libfoo2": "1:2.0-3", "python3": "3.13.5-1"}
+    m = sysroot.Manifest("trixie", "riscv64", ("python3",))
+    assert sysroot.parse_lock(sysroot.format_lock(m, versions)) == versions
+    assert sysroot.lock_drift(versions, {**versions, "python3": "3.13.6-1"}) == ["python3: 3.13.5-1 -> 3.13.6-1"]
+
+
+def test_mmdebstrap_command_is_extract_only_and_keeps_debs():
+    m = sysroot.Manifest("trixie", "riscv64", ("python3", "libtorch-dev"))
+    cmd = sysroot.mmdebstrap_command(m, "http://m.example/debian", Path("/x"))
+    assert cmd[:3] == ["mmdebstrap", "--variant=extract", "--architectures=riscv64"]
+    assert "--include=python3,libtorch-dev" in cmd and "--skip=cleanup/apt/cache" in cmd
+    assert cmd[-1].endswith("http://m.example/debian trixie main")
+
+
+def test_fix_up_adds_merged_usr_and_blas_links_and_drops_empty_tmp(tmp_path):
+    libdir = tmp_path / "usr/lib" / sysroot.TRIPLET
+    (libdir / "blas").mkdir(parents=True)
+    (libdir / "blas/libblas.so.3").touch()
+    (libdir / "lapack").mkdir()
+    (libdir / "lapack/liblapack.so.3").touch()
+    (tmp_path / "usr/bin").mkdir()
+    (tmp_path / "tmp").mkdir()
+    sysroot.fix_up(tmp_path)
+    assert (tmp_path / "lib").resolve() == (tmp_path / "usr/lib").resolve()
+    assert (libdir / "libblas.so.3").resolve() == (libdir / "blas/libblas.so.3").resolve()
+    assert (libdir / "liblapack.so.3").exists()
+    assert not (tmp_path / "tmp").exists()
+
+
+def test_fix_up_without_blas_provider_fails_loudly(tmp_path):
+    (tmp_path / "usr/lib" / sysroot.TRIPLET).mkdir(parents=True)
+    with pytest.raises(FileNotFoundError, match="libblas.so.3"):
+        sysroot.fix_up(tmp_path)
+
+
+def test_half_built_sysroot_is_not_complete(tmp_path):
+    assert not sysroot.is_complete(tmp_path, "abc")
+    (tmp_path / sysroot.MARKER).write_text(json.dumps({"key": "old"}))
+    assert not sysroot.is_complete(tmp_path, "abc")
+    (tmp_path / sysroot.MARKER).write_text(json.dumps({"key": "abc"}))
+    assert sysroot.is_complete(tmp_path, "abc")
+
+
+# ---- command lines ---------------------------------------------------------------------------------
+
+
+def test_guest_command_maps_python3_into_the_sysroot(tmp_path):
+    (tmp_path / "usr/bin").mkdir(parents=True)
+    (tmp_path / "usr/bin/python3").symlink_to("python3.13")
+    cmd = runner.guest_command(Path("/q/qemu-riscv64"), tmp_path, vlens.by_vlen(128), ["python3", "-c", "1"])
+    assert cmd == ["/q/qemu-riscv64", "-L", str(tmp_path), "-cpu", vlens.by_vlen(128).qemu_cpu(),
+                   str(tmp_path / "usr/bin/python3"), "-c", "1"]
+    assert runner.guest_command(Path("/q"), tmp_path, None, ["/abs/prog"])[4:6] == [runner.SCALAR_CPU, "/abs/prog"]
+    with pytest.raises(FileNotFoundError, match="gdb"):
+        runner.guest_command(Path("/q"), tmp_path, None, ["gdb"])
+
+
+def test_guest_env_drops_the_host_environment():
+    env = runner.guest_env(Path("/stage"), Path("/t"), {"PATH": "/venv/bin", "PYTHONPATH": "/host", "HOME": "/h",
+                                                      "RVV_ATTN_VARIANT": "vlen128", "VIRTUAL_ENV": "/venv"})
+    assert env["PATH"] == "/usr/bin:/bin" and env["PYTHONPATH"] == "/stage" and env["HOME"] == "/h"
+    assert env["RVV_ATTN_VARIANT"] == "vlen128" and "VIRTUAL_ENV" not in env and env["TMPDIR"] == "/t"
+
+
+def test_cross_wheel_args_use_the_toolchain_file_and_table_vlens():
+    args = build.cross_wheel_args(Path("/sys"), Path("/out"), vlens.variants())
+    joined = " ".join(args)
+    assert f"cmake.toolchain-file={build.TOOLCHAIN_FILE}" in joined
+    assert "wheel.tags=py3-none-linux_riscv64" in joined
+    assert "cmake.define.RVV_ATTN_VLENS=128;256;512;1024" in joined
+    assert "cmake.define.RVV_ATTN_SYSROOT=/sys" in joined
+
+
+def test_junit_parsing(tmp_path):
+    xml = tmp_path / "j.xml"
+    xml.write_text('<testsuites><testsuite tests="10" failures="1" errors="0" skipped="2" time="3.5"/></testsuites>')
+    out = testrun.parse_junit(xml)
+    assert (out.passed, out.failed, out.skipped, out.ok) == (7, 1, 2, False)
+    assert out.line() == "7 passed, 1 failed, 2 skipped in 4 s"
+
+
+def test_failed_command_reports_command_code_and_output():
+    with pytest.raises(CommandFailed) as info:
+        run(["sh", "-c", "echo some detail; exit 3"], hint="do this")
+    text = str(info.value)
+    assert "exit code 3" in text and "sh -c" in text and "some detail" in text and "-> do this" in text
