@@ -1,13 +1,15 @@
 """nox sessions for rvv-attn: set up the cross toolchain, build, test under QEMU.
 
 The logic lives in ci/cross (importable and unit tested); the sessions only
-string its steps together. `nox -l` lists them.
+string its steps together. `nox -l` lists them; `nox -t test` runs the whole
+matrix (host, every VLEN, the agnostic-policy lane) and prints one line each.
 """
 
 from __future__ import annotations
 
 import os
 import sys
+import time
 from pathlib import Path
 
 import nox
@@ -28,10 +30,9 @@ nox.options.error_on_external_run = True
 # spec can pull a multi-GB CUDA build.
 HOST_TORCH = os.environ.get("RVV_ATTN_HOST_TORCH", "torch==2.13.0")
 TEST_REQUIREMENTS = ["pytest>=8", "hypothesis>=6.100", "numpy"]
-
-
-def _fail(session: nox.Session, err: CrossError) -> None:
-    session.error(str(err))
+# Sessions of one `nox` invocation share this module: the summary session
+# reports only what this invocation ran.
+RUN_STARTED = time.time()
 
 
 def _toolchain(session: nox.Session) -> tuple[Path, Path]:
@@ -41,96 +42,120 @@ def _toolchain(session: nox.Session) -> tuple[Path, Path]:
         qemu_bin = qemu.ensure_qemu()
         root = sysroot.ensure_sysroot(qemu_bin)
     except CrossError as err:
-        _fail(session, err)
+        session.error(str(err))
     return qemu_bin, root
 
 
-def _cross_build(session: nox.Session, root: Path) -> Path:
-    """Build (incrementally) the riscv64 wheel with every VLEN variant and unpack it for the guest."""
+def _cross_build(session: nox.Session, root: Path, out_dir: Path = BUILD_DIR / "wheels") -> Path:
+    """Build (incrementally) the riscv64 wheel with the portable build and every VLEN variant."""
     session.install(*build.BUILD_REQUIREMENTS)
-    wheels = BUILD_DIR / "wheels"
-    with Stopwatch("cross-building the riscv64 wheel (portable + all VLEN variants)"):
-        session.run("python", "-m", "pip", *build.cross_wheel_args(root, wheels, vlens.variants()), silent=True)
-    return build.stage_wheel(build.newest_wheel(wheels), BUILD_DIR / "stage-riscv64")
+    with Stopwatch("cross-building the riscv64 wheel (portable + every VLEN variant; incremental)"):
+        session.run("python", "-m", "pip", *build.cross_wheel_args(root, out_dir, vlens.variants()), silent=True)
+    return build.newest_wheel(out_dir)
 
 
 @nox.session
 def setup(session: nox.Session) -> None:
-    """Install host prerequisites, fetch the pinned QEMU and build the riscv64 sysroot (cached)."""
+    """Install host prerequisites, fetch the pinned QEMU and build the riscv64 sysroot (all cached)."""
     qemu_bin, root = _toolchain(session)
     log(f"qemu-riscv64: {qemu_bin} ({qemu.qemu_version(qemu_bin)})")
     log(f"sysroot: {root}")
 
 
-@nox.session(name="test-host")
+@nox.session(name="test-host", tags=["test"])
 def test_host(session: nox.Session) -> None:
-    """Build the portable kernels for this host and run the suite natively (plus the driver's unit tests)."""
+    """Build the portable kernels for this host and run the suite natively, plus the driver's unit tests."""
     try:
         host.ensure_host_packages()
     except CrossError as err:
-        _fail(session, err)
+        session.error(str(err))
     session.install(HOST_TORCH, *TEST_REQUIREMENTS, *build.BUILD_REQUIREMENTS)
-    with Stopwatch("building the portable kernels for the host"):
+    with Stopwatch("building the portable kernels for the host (incremental)"):
         session.run("python", "-m", "pip", *build.host_install_args(), silent=True)
+    junit = testrun.results_dir("test-host") / "junit.xml"
+    junit.unlink(missing_ok=True)
     args = session.posargs or ["tests", "ci/tests"]
-    session.run("python", "-m", "pytest", *args)
+    try:
+        session.run("python", "-m", "pytest", f"--junitxml={junit}", *args)
+    finally:
+        outcome = testrun.parse_junit(junit) if junit.exists() else None
+        code = 0 if outcome and outcome.ok else 1
+        testrun.write_summary("test-host", code, outcome)
+        testrun.print_summary("test-host", code, outcome)
 
 
-def _test_vlen(session: nox.Session, variant: vlens.Variant) -> None:
+def _test_vlen(session: nox.Session, variant: vlens.Variant, agnostic: bool) -> None:
     qemu_bin, root = _toolchain(session)
-    stage = _cross_build(session, root)
-    agnostic = os.environ.get("RVV_ATTN_AGNOSTIC_ONES", "") not in ("", "0")
+    stage = build.stage_wheel(_cross_build(session, root), BUILD_DIR / "stage-riscv64")
     label = f"test-{variant.name}" + ("-agnostic" if agnostic else "")
     code, outcome = testrun.run_emulated_pytest(qemu_bin, root, stage, variant, session.posargs or ["tests"],
                                                 agnostic_ones=agnostic, label=label)
     testrun.print_summary(label, code, outcome)
     if code != 0:
-        session.error(f"{label}: pytest exited with {code}; logs in {testrun.results_dir(label)}")
+        session.error(f"{label}: pytest exited with {code}; JUnit XML and summary in {testrun.results_dir(label)}")
 
 
 def _shell_vlen(session: nox.Session, variant: vlens.Variant) -> None:
     if not session.posargs:
         session.error(f"give a command after --, e.g. nox -s shell-{variant.name} -- python3 -c 'import rvv_attn'")
     qemu_bin, root = _toolchain(session)
-    stage = _cross_build(session, root)
+    stage = build.stage_wheel(_cross_build(session, root), BUILD_DIR / "stage-riscv64")
     tmp = BUILD_DIR / "tmp"
     tmp.mkdir(parents=True, exist_ok=True)
     cmd = guest_command(qemu_bin, root, variant, session.posargs)
     session.run(*cmd, env=guest_env(stage, tmp), include_outer_env=False, external=True)
 
 
-for _variant in vlens.variants():
+def _register_vlen_sessions(variant: vlens.Variant) -> None:
+    where = f"VLEN {variant.vlen} ({variant.board})"
 
-    @nox.session(name=f"test-{_variant.name}", tags=["test"])
-    def _test(session: nox.Session, variant: vlens.Variant = _variant) -> None:
-        _test_vlen(session, variant)
+    @nox.session(name=f"test-{variant.name}", tags=["test"])
+    def test(session: nox.Session) -> None:
+        _test_vlen(session, variant, agnostic=False)
 
-    _test.__doc__ = (f"Cross-build and run the suite under qemu-riscv64 at VLEN {_variant.vlen} "
-                     f"({_variant.board}); RVV_ATTN_AGNOSTIC_ONES=1 fills agnostic lanes with ones.")
+    test.__doc__ = f"Cross-build, then run the suite under qemu-riscv64 at {where}."
 
-    @nox.session(name=f"shell-{_variant.name}")
-    def _shell(session: nox.Session, variant: vlens.Variant = _variant) -> None:
+    tags = ["agnostic"] + (["test"] if variant.vlen in vlens.agnostic_lane() else [])
+
+    @nox.session(name=f"test-{variant.name}-agnostic", tags=tags, default=False)
+    def test_agnostic(session: nox.Session) -> None:
+        _test_vlen(session, variant, agnostic=True)
+
+    test_agnostic.__doc__ = (f"As test-{variant.name}, with tail/mask-agnostic lanes filled with ones "
+                             "(rvv_ta_all_1s/rvv_ma_all_1s), as real hardware may.")
+
+    @nox.session(name=f"shell-{variant.name}", default=False)
+    def shell(session: nox.Session) -> None:
         _shell_vlen(session, variant)
 
-    _shell.__doc__ = (f"Run any command (after --) in the emulated target at VLEN {_variant.vlen} "
-                      "with rvv_attn importable, e.g. -- python3 -m pytest other/tests")
+    shell.__doc__ = (f"Run any command given after -- in the emulated target at {where}, "
+                     "rvv_attn importable (e.g. -- python3 -m pytest other/tests -x).")
+
+
+for _variant in vlens.variants():
+    _register_vlen_sessions(_variant)
 
 
 @nox.session(default=False)
 def wheel(session: nox.Session) -> None:
-    """Build the riscv64 wheel with every VLEN variant into dist/ (it picks the variant at run time)."""
+    """Build the riscv64 wheel (portable + every VLEN variant, picked at run time) into dist/."""
     _qemu, root = _toolchain(session)
-    session.install(*build.BUILD_REQUIREMENTS)
-    out = Path("dist")
-    session.run("python", "-m", "pip", *build.cross_wheel_args(root, out, vlens.variants()), silent=True)
-    log(f"wheel: {build.newest_wheel(out)}")
+    wheel_path = _cross_build(session, root, Path("dist").resolve())
+    log(f"wheel: {wheel_path} ({wheel_path.stat().st_size / 1e6:.1f} MB)")
 
 
 @nox.session(name="pin-qemu", default=False)
 def pin_qemu(session: nox.Session) -> None:
-    """Re-pin qemu-user to the archive's current trixie version (writes toolchains/qemu.lock.json)."""
+    """Re-pin qemu-user to the archive's current trixie version (rewrites toolchains/qemu.lock.json)."""
     try:
         pin = qemu.repin()
     except CrossError as err:
-        _fail(session, err)
+        session.error(str(err))
     log(f"pinned {pin.package} {pin.version} sha256 {pin.sha256}; commit toolchains/qemu.lock.json")
+
+
+@nox.session(python=False, tags=["test"], default=False)
+def summary(session: nox.Session) -> None:
+    """Print one line per test configuration run by this nox invocation (last of `nox -t test`)."""
+    rows = testrun.summary_table(RUN_STARTED)
+    print("\n".join(["", "rvv-attn test summary:", *(rows or ["(no test session ran in this invocation)"])]))

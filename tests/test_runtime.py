@@ -51,3 +51,27 @@ def test_variant_for_another_vlen_is_refused_with_both_vlens_named():
             rvv_attn.select_variant(name)
         # The refused selection left the working one in place.
         assert rvv_attn.runtime_info()["active_variant"] == info["active_variant"]
+
+
+@pytest.mark.rvv
+def test_forcing_this_vlens_build_on_another_vlen_fails_cleanly_in_a_fresh_process():
+    """The whole story end to end: this session's VLEN variant, forced on a CPU of another VLEN.
+
+    The child is a second qemu-riscv64 started from inside the guest (QEMU
+    passes execve of a host binary through), so the CPU really has the other
+    VLEN. It must end with a Python RuntimeError naming both VLENs, never a
+    signal: code built for one VLEN corrupts memory at another.
+    """
+    import subprocess
+    import sys
+
+    this = int(os.environ["RVV_ATTN_EXPECT_VLEN"])
+    other = 256 if this == 128 else 128
+    cpu = os.environ["RVV_ATTN_QEMU_CPU"].replace(f"vlen={this},", f"vlen={other},")
+    cmd = [os.environ["RVV_ATTN_QEMU"], "-L", os.environ["RVV_ATTN_SYSROOT"], "-cpu", cpu,
+           sys.executable, "-c", "import rvv_attn"]
+    env = {**os.environ, "RVV_ATTN_VARIANT": f"vlen{this}"}
+    child = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    assert child.returncode == 1, f"expected a Python error, got exit {child.returncode}: {child.stderr[-2000:]}"
+    assert "RuntimeError" in child.stderr
+    assert f"variant 'vlen{this}' is built for VLEN {this} but this CPU has VLEN {other}" in child.stderr

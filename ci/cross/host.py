@@ -67,7 +67,8 @@ def install_command(prefix: list[str], packages: list[str]) -> list[list[str]]:
     env = ["env", "DEBIAN_FRONTEND=noninteractive"]
     return [
         prefix + env + ["apt-get", "update", "-q"],
-        prefix + env + ["apt-get", "install", "-y", "-q", "--no-install-recommends", *packages],
+        # With recommends: mmdebstrap's (arch-test, uidmap) are what it was tested with.
+        prefix + env + ["apt-get", "install", "-y", "-q", *packages],
     ]
 
 

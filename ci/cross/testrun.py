@@ -78,17 +78,39 @@ def run_emulated_pytest(qemu: Path, sysroot: Path, stage: Path, variant: Variant
         "RVV_ATTN_EXPECT_VARIANT": variant.name,
         "RVV_ATTN_EXPECT_VLEN": str(variant.vlen),
         "RVV_ATTN_QEMU_CPU": variant.qemu_cpu(agnostic_ones),
+        # For tests that start a second emulated process at another VLEN.
+        "RVV_ATTN_QEMU": str(qemu),
+        "RVV_ATTN_SYSROOT": str(sysroot),
     })
     log(f"running the suite under QEMU ({variant.qemu_cpu(agnostic_ones)}); importing torch alone takes ~20 s")
     log(quote(cmd))
     start = time.monotonic()
     returncode = subprocess.run(cmd, env=env, cwd=PROJECT_ROOT, stdin=subprocess.DEVNULL).returncode
     outcome = parse_junit(junit) if junit.exists() else None
-    summary = {"label": label, "vlen": variant.vlen, "qemu_cpu": variant.qemu_cpu(agnostic_ones),
-               "returncode": returncode, "wall_seconds": round(time.monotonic() - start, 1),
-               "outcome": outcome.__dict__ if outcome else None}
-    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    write_summary(label, returncode, outcome, vlen=variant.vlen, qemu_cpu=variant.qemu_cpu(agnostic_ones),
+                  wall_seconds=round(time.monotonic() - start, 1))
     return returncode, outcome
+
+
+def write_summary(label: str, returncode: int, outcome: Outcome | None, **details: object) -> None:
+    summary = {"label": label, "returncode": returncode, "finished": time.time(),
+               "outcome": outcome.__dict__ if outcome else None, **details}
+    (results_dir(label) / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+
+
+def summary_table(since: float) -> list[str]:
+    """One line per configuration whose results were written after ``since``."""
+    rows = []
+    for path in sorted((BUILD_DIR / "results").glob("*/summary.json")):
+        data = json.loads(path.read_text())
+        if data.get("finished", 0) < since:
+            continue
+        outcome = Outcome(**data["outcome"]) if data.get("outcome") else None
+        status = "ok  " if data["returncode"] == 0 else "FAIL"
+        text = outcome.line() if outcome else f"no report (exit code {data['returncode']})"
+        where = f"  [{data['qemu_cpu']}]" if data.get("qemu_cpu") else ""
+        rows.append(f"{status} {data['label']:<24} {text}{where}")
+    return rows
 
 
 def print_summary(label: str, returncode: int, outcome: Outcome | None) -> None:

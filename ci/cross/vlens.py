@@ -58,6 +58,16 @@ def variants(path: Path = VLENS_FILE) -> tuple[Variant, ...]:
     return parse_table(path.read_text())
 
 
+@cache
+def agnostic_lane(path: Path = VLENS_FILE) -> tuple[int, ...]:
+    """VLENs that the regular test run also checks with all-ones agnostic lanes."""
+    lane = tuple(json.loads(path.read_text()).get("agnostic_lane", []))
+    known = {v.vlen for v in variants(path)}
+    if not set(lane) <= known:
+        raise ValueError(f"agnostic_lane {lane} in {path.name} names a VLEN the table does not list")
+    return lane
+
+
 def by_vlen(vlen: int) -> Variant:
     for v in variants():
         if v.vlen == vlen:
@@ -68,4 +78,6 @@ def by_vlen(vlen: int) -> Variant:
 
 def github_matrix() -> str:
     """The CI matrix as JSON, so the workflow's VLEN list comes from the same table."""
-    return json.dumps({"vlen": [v.vlen for v in variants()]})
+    rows = [{"vlen": v.vlen, "policy": "undisturbed"} for v in variants()]
+    rows += [{"vlen": vlen, "policy": "agnostic"} for vlen in agnostic_lane()]
+    return json.dumps({"include": rows})
