@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import archive
+from . import archive, host
 from .paths import TOOLCHAINS_DIR, cache_root
 from .privapt import KEYRING
 from .proc import Stopwatch, log, run
@@ -196,8 +196,13 @@ def ensure_sysroot(qemu: Path, manifest: Manifest | None = None) -> Path:
     archive_url = archive.debian_archive()
     started = time.monotonic()
     with Stopwatch(f"building the riscv64 sysroot ({manifest.suite}, {len(manifest.packages)} packages, ~1.1 GB)"):
-        run(mmdebstrap_command(manifest, archive_url, partial), stream=True,
-            hint="mmdebstrap needs root or unprivileged user namespaces; see README, Troubleshooting")
+        prefix = host.privilege_prefix()
+        # As root, mmdebstrap needs no user namespaces (which some hosts, e.g.
+        # Ubuntu 24.04 with AppArmor, forbid); the tree is handed back after.
+        run([*(prefix or []), *mmdebstrap_command(manifest, archive_url, partial)], stream=True,
+            hint="mmdebstrap needs root, passwordless sudo or unprivileged user namespaces; see README, Troubleshooting")
+        if prefix:
+            run([*prefix, "chown", "-R", f"{os.getuid()}:{os.getgid()}", str(partial)])
         versions = take_deb_versions(partial)
         fix_up(partial)
     with Stopwatch("byte-compiling the sysroot's Python trees under QEMU (about 2 minutes)"):
