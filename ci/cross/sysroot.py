@@ -17,6 +17,7 @@ import os
 import re
 import shutil
 import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -156,21 +157,31 @@ def python_trees(root: Path) -> list[Path]:
     return stdlib + packages
 
 
-def byte_compile(root: Path, qemu: Path) -> None:
+def byte_compile(root: Path, qemu: Path, jobs: int | None = None) -> None:
     """Write .pyc files once, under QEMU, through the root's real host path.
 
     Without them ``import torch`` under QEMU takes about twice as long.  Host
-    paths are used because QEMU's ``-L`` redirect cannot create new files, and
-    compileall runs single-process because its worker pool fails under QEMU.
+    paths are used because QEMU's ``-L`` redirect cannot create new files.
+    compileall's own worker pool fails under QEMU, so parallelism comes from
+    one QEMU process per tree, as many at once as there are cores.
     """
     from .runner import guest_command  # runner imports this module
 
     trees = python_trees(root)
-    for i, tree in enumerate(trees, 1):
+    jobs = jobs or os.cpu_count() or 1
+    done = 0
+
+    def compile_tree(tree: Path) -> tuple[Path, float]:
         start = time.monotonic()
         cmd = guest_command(qemu, root, None, ["python3", "-m", "compileall", "-q", "-j", "1", str(tree)])
         run(cmd, env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"})
-        log(f"  byte-compiled [{i}/{len(trees)}] {tree.relative_to(root)} ({time.monotonic() - start:.0f} s)")
+        return tree, time.monotonic() - start
+
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        for future in as_completed([pool.submit(compile_tree, t) for t in trees]):
+            tree, seconds = future.result()
+            done += 1
+            log(f"  byte-compiled [{done}/{len(trees)}] {tree.relative_to(root)} ({seconds:.0f} s)")
 
 
 def is_complete(root: Path, key: str) -> bool:
@@ -205,7 +216,7 @@ def ensure_sysroot(qemu: Path, manifest: Manifest | None = None) -> Path:
             run([*prefix, "chown", "-R", f"{os.getuid()}:{os.getgid()}", str(partial)])
         versions = take_deb_versions(partial)
         fix_up(partial)
-    with Stopwatch("byte-compiling the sysroot's Python trees under QEMU (about 2 minutes)"):
+    with Stopwatch("byte-compiling the sysroot's Python trees under QEMU (about 2-4 minutes)"):
         byte_compile(partial, qemu)
     record_lock(manifest, versions)
     (partial / MARKER).write_text(json.dumps({
