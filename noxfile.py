@@ -16,7 +16,7 @@ import nox
 
 sys.path.insert(0, str(Path(__file__).parent / "ci"))
 
-from cross import build, host, qemu, sysroot, testrun, vlens  # noqa: E402
+from cross import build, host, qemu, repro, sysroot, testrun, vlens  # noqa: E402
 from cross.errors import CrossError  # noqa: E402
 from cross.paths import BUILD_DIR  # noqa: E402
 from cross.proc import Stopwatch, log  # noqa: E402
@@ -46,12 +46,25 @@ def _toolchain(session: nox.Session) -> tuple[Path, Path]:
     return qemu_bin, root
 
 
-def _cross_build(session: nox.Session, root: Path, out_dir: Path = BUILD_DIR / "wheels") -> Path:
+def _cross_build(session: nox.Session, root: Path, out_dir: Path = BUILD_DIR / "wheels", debug: bool = False) -> Path:
     """Build (incrementally) the riscv64 wheel with the portable build and every VLEN variant."""
     session.install(*build.BUILD_REQUIREMENTS)
+    kind = dict(build_dir=BUILD_DIR / "riscv64-debug", build_type="RelWithDebInfo") if debug else {}
     with Stopwatch("cross-building the riscv64 wheel (portable + every VLEN variant; incremental)"):
-        session.run("python", "-m", "pip", *build.cross_wheel_args(root, out_dir, vlens.variants()), silent=True)
+        session.run("python", "-m", "pip", *build.cross_wheel_args(root, out_dir, vlens.variants(), **kind),
+                    silent=True)
     return build.newest_wheel(out_dir)
+
+
+def _host_build(session: nox.Session, build_dir: Path = BUILD_DIR / "host") -> None:
+    """Install the host's torch and test tools, then build and install the portable kernels."""
+    try:
+        host.ensure_host_packages()
+    except CrossError as err:
+        session.error(str(err))
+    session.install(HOST_TORCH, *TEST_REQUIREMENTS, *build.BUILD_REQUIREMENTS)
+    with Stopwatch("building the portable kernels for the host (incremental)"):
+        session.run("python", "-m", "pip", *build.host_install_args(build_dir), silent=True)
 
 
 @nox.session
@@ -65,13 +78,7 @@ def setup(session: nox.Session) -> None:
 @nox.session(name="test-host", tags=["test"])
 def test_host(session: nox.Session) -> None:
     """Build the portable kernels for this host and run the suite natively, plus the driver's unit tests."""
-    try:
-        host.ensure_host_packages()
-    except CrossError as err:
-        session.error(str(err))
-    session.install(HOST_TORCH, *TEST_REQUIREMENTS, *build.BUILD_REQUIREMENTS)
-    with Stopwatch("building the portable kernels for the host (incremental)"):
-        session.run("python", "-m", "pip", *build.host_install_args(), silent=True)
+    _host_build(session)
     junit = testrun.results_dir("test-host") / "junit.xml"
     junit.unlink(missing_ok=True)
     args = session.posargs or ["tests", "ci/tests"]
@@ -82,6 +89,26 @@ def test_host(session: nox.Session) -> None:
         code = 0 if outcome and outcome.ok else 1
         testrun.write_summary("test-host", code, outcome)
         testrun.print_summary("test-host", code, outcome)
+
+
+@nox.session(name="test-toolchain", tags=["test"])
+def test_toolchain(session: nox.Session) -> None:
+    """Check the toolchain: QEMU pin, sysroot fix-ups, the wheel's variants, incremental rebuilds, the agnostic lane."""
+    qemu_bin, root = _toolchain(session)
+    wheel_path = _cross_build(session, root)
+    session.install("pytest>=8")
+    junit = testrun.results_dir("test-toolchain") / "junit.xml"
+    junit.unlink(missing_ok=True)
+    env = {"RVV_ATTN_QEMU": str(qemu_bin), "RVV_ATTN_SYSROOT": str(root), "RVV_ATTN_WHEEL": str(wheel_path),
+           "RVV_ATTN_CROSS_BUILD": str(BUILD_DIR / "riscv64")}
+    try:
+        session.run("python", "-m", "pytest", f"--junitxml={junit}", *(session.posargs or ["ci/toolchain_tests"]),
+                    env=env)
+    finally:
+        outcome = testrun.parse_junit(junit) if junit.exists() else None
+        code = 0 if outcome and outcome.ok else 1
+        testrun.write_summary("test-toolchain", code, outcome)
+        testrun.print_summary("test-toolchain", code, outcome)
 
 
 def _test_vlen(session: nox.Session, variant: vlens.Variant, agnostic: bool) -> None:
@@ -134,6 +161,52 @@ def _register_vlen_sessions(variant: vlens.Variant) -> None:
 
 for _variant in vlens.variants():
     _register_vlen_sessions(_variant)
+
+
+@nox.session(name="repro", default=False)
+def repro_matrix(session: nox.Session) -> None:
+    """Run tests (after --) on the host and at every VLEN x {undisturbed, all-ones agnostic}; print the matrix.
+
+    Options before the pytest arguments: --vlens=128,256  --policies=agnostic  --no-host
+    --stop-at-first-failure  --jobs=N  --gdb [--gdb-port=1234] (wait for gdb-multiarch at the first VLEN).
+    """
+    try:
+        opts, pytest_args = repro.parse_posargs(session.posargs)
+    except CrossError as err:
+        session.error(str(err))
+    qemu_bin, root = _toolchain(session)
+    if opts.gdb:
+        _repro_gdb(session, opts, pytest_args, qemu_bin, root)
+        return
+    if opts.host:
+        _host_build(session, BUILD_DIR / "host-repro")
+    stage = build.stage_wheel(_cross_build(session, root), BUILD_DIR / "stage-riscv64")
+    out = testrun.results_dir("repro")
+    configs = repro.configurations(opts)
+    log(f"running {len(configs)} configurations, {opts.jobs or os.cpu_count()} at a time; logs in {out}")
+    python = str(Path(session.virtualenv.bin) / "python")
+    results = repro.run_matrix(configs, repro.command_factory(python, qemu_bin, root, stage, pytest_args), out,
+                               opts.jobs, opts.stop_at_first_failure, report=log)
+    (out / "summary.json").write_text(repro.summary_json(results))
+    print("\n" + repro.format_matrix(results) + f"\n\nJSON summary: {out / 'summary.json'}")
+    if not all(r.ok for r in results):
+        session.error("some configurations failed (matrix above)")
+
+
+def _repro_gdb(session: nox.Session, opts: repro.Options, pytest_args: list[str], qemu_bin: Path, root: Path) -> None:
+    try:
+        host.ensure_host_packages(host.DEBUGGER_PACKAGES)
+    except CrossError as err:
+        session.error(str(err))
+    variant = vlens.by_vlen(opts.vlens[0])
+    agnostic = opts.policies == ["agnostic"]
+    stage = build.stage_wheel(_cross_build(session, root, BUILD_DIR / "wheels-debug", debug=True),
+                              BUILD_DIR / "stage-riscv64-debug")
+    junit = testrun.results_dir("repro-gdb") / "junit.xml"
+    cmd, env = testrun.emulated_pytest(qemu_bin, root, stage, variant, pytest_args, junit, agnostic)
+    cmd = [cmd[0], "-g", str(opts.gdb_port), *cmd[1:]]
+    print(repro.gdb_instructions(opts.gdb_port, root, stage, variant, cmd[cmd.index("-cpu") + 2]), flush=True)
+    session.run(*cmd, env=env, include_outer_env=False, external=True)
 
 
 @nox.session(default=False)

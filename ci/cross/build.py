@@ -33,12 +33,13 @@ def host_install_args(build_dir: Path = BUILD_DIR / "host", extra_cmake: Sequenc
 
 
 def cross_wheel_args(sysroot: Path, out_dir: Path, variants: Sequence[Variant],
-                     build_dir: Path = BUILD_DIR / "riscv64") -> list[str]:
+                     build_dir: Path = BUILD_DIR / "riscv64", build_type: str = "Release") -> list[str]:
     """``pip wheel`` arguments for the riscv64 wheel holding ``variants`` and the portable build."""
     vlens = ";".join(str(v.vlen) for v in variants)
     return [
         "wheel", "--no-build-isolation", "--no-deps", "-w", str(out_dir),
         "-C", f"build-dir={build_dir}",
+        "-C", f"cmake.build-type={build_type}",
         "-C", f"cmake.toolchain-file={TOOLCHAIN_FILE}",
         "-C", f"wheel.tags={RISCV_WHEEL_TAG}",
         "-C", "cmake.python-hints=false",

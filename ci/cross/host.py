@@ -18,6 +18,8 @@ HOST_PACKAGES: dict[str, str] = {
     "mmdebstrap": "/usr/bin/mmdebstrap",
     "debian-archive-keyring": "/usr/share/keyrings/debian-archive-keyring.gpg",
 }
+# Only for `nox -s repro -- --gdb`.
+DEBUGGER_PACKAGES: dict[str, str] = {"gdb-multiarch": "/usr/bin/gdb-multiarch"}
 SUPPORTED = "Debian 12 (bookworm), Debian 13 (trixie) or Ubuntu 24.04"
 
 
@@ -72,9 +74,9 @@ def install_command(prefix: list[str], packages: list[str]) -> list[list[str]]:
     ]
 
 
-def ensure_host_packages() -> None:
-    """Install clang-19, lld-19, mmdebstrap and the Debian keyring if absent."""
-    missing = missing_packages()
+def ensure_host_packages(packages: dict[str, str] = HOST_PACKAGES) -> None:
+    """Install clang-19, lld-19, mmdebstrap and the Debian keyring (or ``packages``) if absent."""
+    missing = missing_packages(packages)
     if not missing:
         return
     osr = read_os_release()
@@ -94,7 +96,7 @@ def ensure_host_packages() -> None:
         for cmd in install_command(prefix, missing):
             log(quote(cmd))
             run(cmd, stream=True, hint=f"on {SUPPORTED} this should work; otherwise install by hand: {by_hand}")
-    still = missing_packages()
+    still = missing_packages(packages)
     if still:
         raise MissingPrerequisite(
             f"apt-get finished but these are still missing: {', '.join(still)}",

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
@@ -24,3 +27,20 @@ def cache_root(environ: dict[str, str] | None = None) -> Path:
         return Path(env["RVV_ATTN_CACHE"]).expanduser()
     xdg = env.get("XDG_CACHE_HOME") or str(Path(env.get("HOME", str(Path.home()))) / ".cache")
     return Path(xdg).expanduser() / "rvv-attn"
+
+
+@contextlib.contextmanager
+def cache_lock(name: str) -> Iterator[None]:
+    """Serialize one cache step (building the sysroot, fetching QEMU) across processes.
+
+    Two checkouts or sessions started together would otherwise build the same
+    folder at once; the second now waits and then finds it done.
+    """
+    root = cache_root()
+    root.mkdir(parents=True, exist_ok=True)
+    with (root / f"{name}.lock").open("w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)

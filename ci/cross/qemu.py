@@ -12,7 +12,7 @@ from pathlib import Path
 
 from . import archive
 from .errors import CommandFailed, IntegrityError
-from .paths import TOOLCHAINS_DIR, cache_root
+from .paths import TOOLCHAINS_DIR, cache_lock, cache_root
 from .privapt import PrivateApt
 from .proc import Stopwatch, log, run
 
@@ -63,6 +63,11 @@ def _extract(deb: Path, member: str, dest: Path) -> None:
 def ensure_qemu(pin: QemuPin | None = None) -> Path:
     """Return the path of the pinned qemu-riscv64, downloading it on first use."""
     pin = pin or QemuPin.load()
+    with cache_lock("qemu"):
+        return _ensure(pin)
+
+
+def _ensure(pin: QemuPin) -> Path:
     if pin.binary.exists():
         if sha256_of(pin.binary) == pin.sha256:
             return pin.binary

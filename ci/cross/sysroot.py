@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import archive, host
-from .paths import TOOLCHAINS_DIR, cache_root
+from .paths import TOOLCHAINS_DIR, cache_lock, cache_root
 from .privapt import KEYRING
 from .proc import Stopwatch, log, run
 
@@ -34,6 +34,11 @@ MARKER = ".rvv-attn-sysroot.json"
 TRIPLET = "riscv64-linux-gnu"
 # Links a merged-/usr system has and an extract-only root lacks.
 MERGED_USR_LINKS = {"lib": "usr/lib", "bin": "usr/bin", "sbin": "usr/sbin"}
+# clang finds the C++ headers as lib/gcc/<triplet>/14/../../../../include/...;
+# ninja shortens that to <root>/include/... when it checks the dependency
+# files, and without this link every header looks missing, so every build
+# recompiled everything.
+BUILD_LINKS = {"include": "usr/include"}
 # update-alternatives names -> candidate providers, in order of preference.
 ALTERNATIVES = {
     "libblas.so.3": ["blas/libblas.so.3", "openblas-pthread/libblas.so.3"],
@@ -124,8 +129,12 @@ def lock_drift(old: dict[str, str], new: dict[str, str]) -> list[str]:
 
 
 def fix_up(root: Path) -> None:
-    """Do what the skipped maintainer scripts would have done, as far as we need it."""
-    for link, target in MERGED_USR_LINKS.items():
+    """Do what the skipped maintainer scripts would have done, as far as we need it.
+
+    Idempotent and cheap: it also runs on every use of a complete sysroot, so
+    a link added here reaches existing caches without a rebuild.
+    """
+    for link, target in {**MERGED_USR_LINKS, **BUILD_LINKS}.items():
         path = root / link
         if not path.exists() and not path.is_symlink():
             path.symlink_to(target)
@@ -196,8 +205,14 @@ def ensure_sysroot(qemu: Path, manifest: Manifest | None = None) -> Path:
     manifest = manifest or Manifest.load()
     root = manifest.path()
     key = manifest.key()
-    if is_complete(root, key):
-        return root
+    with cache_lock("sysroot"):
+        if is_complete(root, key):
+            fix_up(root)
+            return root
+        return _build(manifest, root, key, qemu)
+
+
+def _build(manifest: Manifest, root: Path, key: str, qemu: Path) -> Path:
     if root.exists():
         log(f"{root} is stale or half-built; removing it")
         shutil.rmtree(root)

@@ -59,17 +59,13 @@ def results_dir(name: str) -> Path:
     return d
 
 
-def run_emulated_pytest(qemu: Path, sysroot: Path, stage: Path, variant: Variant, pytest_args: Sequence[str],
-                        agnostic_ones: bool = False, label: str | None = None) -> tuple[int, Outcome | None]:
-    """Run pytest with the sysroot's python3 under qemu-riscv64 at ``variant``'s VLEN.
+def emulated_pytest(qemu: Path, sysroot: Path, stage: Path, variant: Variant, pytest_args: Sequence[str],
+                    junit: Path, agnostic_ones: bool = False) -> tuple[list[str], dict[str, str]]:
+    """Command and environment for pytest with the sysroot's python3 under qemu-riscv64.
 
     The tests are told which variant must be active (RVV_ATTN_EXPECT_VARIANT),
     so a build that silently fell back to portable fails instead of passing.
     """
-    label = label or f"test-{variant.name}"
-    out = results_dir(label)
-    junit = out / "junit.xml"
-    junit.unlink(missing_ok=True)
     argv = ["python3", "-m", "pytest", f"--junitxml={junit}", "-o", "junit_family=xunit2", *pytest_args]
     cmd = guest_command(qemu, sysroot, variant, argv, agnostic_ones)
     tmp = BUILD_DIR / "tmp"
@@ -82,6 +78,16 @@ def run_emulated_pytest(qemu: Path, sysroot: Path, stage: Path, variant: Variant
         "RVV_ATTN_QEMU": str(qemu),
         "RVV_ATTN_SYSROOT": str(sysroot),
     })
+    return cmd, env
+
+
+def run_emulated_pytest(qemu: Path, sysroot: Path, stage: Path, variant: Variant, pytest_args: Sequence[str],
+                        agnostic_ones: bool = False, label: str | None = None) -> tuple[int, Outcome | None]:
+    """Run the suite at ``variant``'s VLEN, output to the terminal; record the outcome."""
+    label = label or f"test-{variant.name}"
+    junit = results_dir(label) / "junit.xml"
+    junit.unlink(missing_ok=True)
+    cmd, env = emulated_pytest(qemu, sysroot, stage, variant, pytest_args, junit, agnostic_ones)
     log(f"running the suite under QEMU ({variant.qemu_cpu(agnostic_ones)}); importing torch alone takes ~20 s")
     log(quote(cmd))
     start = time.monotonic()

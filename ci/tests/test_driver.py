@@ -190,6 +190,8 @@ def test_fix_up_adds_merged_usr_and_blas_links_and_drops_empty_tmp(tmp_path):
     (tmp_path / "tmp").mkdir()
     sysroot.fix_up(tmp_path)
     assert (tmp_path / "lib").resolve() == (tmp_path / "usr/lib").resolve()
+    assert (tmp_path / "include").is_symlink()  # keeps ninja's header dependencies resolvable
+    sysroot.fix_up(tmp_path)  # idempotent: runs on every use of a cached sysroot
     assert (libdir / "libblas.so.3").resolve() == (libdir / "blas/libblas.so.3").resolve()
     assert (libdir / "liblapack.so.3").exists()
     assert not (tmp_path / "tmp").exists()
@@ -252,3 +254,47 @@ def test_failed_command_reports_command_code_and_output():
         run(["sh", "-c", "echo some detail; exit 3"], hint="do this")
     text = str(info.value)
     assert "exit code 3" in text and "sh -c" in text and "some detail" in text and "-> do this" in text
+
+
+# ---- repro matrix -----------------------------------------------------------------------------------
+
+from cross import repro  # noqa: E402
+
+
+def test_repro_options_are_split_from_pytest_arguments():
+    opts, rest = repro.parse_posargs(["--vlens=128,1024", "--policies=agnostic", "--no-host", "-k", "bf16",
+                                      "tests/test_x.py", "--stop-at-first-failure"])
+    assert opts.vlens == [128, 1024] and opts.policies == ["agnostic"] and not opts.host
+    assert rest == ["-x", "-k", "bf16", "tests/test_x.py"]
+    assert [c.label for c in repro.configurations(opts)] == ["vlen128-agnostic", "vlen1024-agnostic"]
+
+
+def test_repro_default_matrix_is_host_plus_every_vlen_and_policy():
+    opts, _ = repro.parse_posargs(["tests"])
+    labels = [c.label for c in repro.configurations(opts)]
+    assert labels[0] == "host" and len(labels) == 1 + 2 * len(vlens.variants())
+    assert "vlen512-agnostic" in labels and "vlen512" in labels
+
+
+@pytest.mark.parametrize("bad", [["--vlens=2048", "t"], ["--policies=ones", "t"], ["--no-host"]])
+def test_repro_rejects_bad_options(bad):
+    with pytest.raises(ConfigError):
+        repro.parse_posargs(bad)
+
+
+def test_repro_matrix_runs_configs_and_reports_failures(tmp_path):
+    """Runs real subprocesses that write JUnit XML like pytest does."""
+    def command_for(config, junit, out_dir):
+        fail = config.label == "vlen128-agnostic"
+        case = ('<testcase classname="tests.test_a" name="test_x"><failure message="assert 1 == 2"/></testcase>'
+                if fail else '<testcase classname="tests.test_a" name="test_x"/>')
+        xml = f'<testsuites><testsuite tests="1">{case}</testsuite></testsuites>'
+        return ["sh", "-c", f"printf '%s' '{xml}' > {junit}; exit {1 if fail else 0}"], {"PATH": "/usr/bin:/bin"}
+
+    configs = repro.configurations(repro.parse_posargs(["--vlens=128", "t"])[0])
+    results = repro.run_matrix(configs, command_for, tmp_path, jobs=2, report=lambda _: None)
+    assert [r.ok for r in results] == [True, True, False]
+    text = repro.format_matrix(results)
+    assert "tests/test_a.py::test_x" in text and " F" in text and "assert 1 == 2" in text
+    data = json.loads(repro.summary_json(results))
+    assert data["vlen128-agnostic"]["tests"]["tests/test_a.py::test_x"]["status"] == "failed"
