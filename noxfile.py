@@ -56,7 +56,7 @@ def _cross_build(session: nox.Session, root: Path, out_dir: Path = BUILD_DIR / "
     return build.newest_wheel(out_dir)
 
 
-def _host_build(session: nox.Session, build_dir: Path = BUILD_DIR / "host") -> None:
+def _host_build(session: nox.Session, build_dir: Path = BUILD_DIR / "host", defines: list[str] | None = None) -> None:
     """Install the host's torch and test tools, then build and install the portable kernels."""
     try:
         host.ensure_host_packages()
@@ -64,7 +64,7 @@ def _host_build(session: nox.Session, build_dir: Path = BUILD_DIR / "host") -> N
         session.error(str(err))
     session.install(HOST_TORCH, *TEST_REQUIREMENTS, *build.BUILD_REQUIREMENTS)
     with Stopwatch("building the portable kernels for the host (incremental)"):
-        session.run("python", "-m", "pip", *build.host_install_args(build_dir), silent=True)
+        session.run("python", "-m", "pip", *build.host_install_args(build_dir, defines or []), silent=True)
 
 
 @nox.session
@@ -161,6 +161,22 @@ def _register_vlen_sessions(variant: vlens.Variant) -> None:
 
 for _variant in vlens.variants():
     _register_vlen_sessions(_variant)
+
+
+@nox.session(default=False)
+def sanitize(session: nox.Session) -> None:
+    """Run the suite on the host against an AddressSanitizer + UBSan build of the portable kernels."""
+    try:
+        host.ensure_host_packages(host.SANITIZER_PACKAGES)
+    except CrossError as err:
+        session.error(str(err))
+    _host_build(session, BUILD_DIR / "host-sanitize", build.SANITIZER_DEFINES)
+    package_dir = session.run("python", "-c", "import importlib.util as u; "
+                              "print(u.find_spec('rvv_attn').submodule_search_locations[0])", silent=True).strip()
+    build.check_sanitized(Path(package_dir) / "librvv_attn_ops.so")
+    runtime = session.run("clang++-19", "-print-file-name=libclang_rt.asan-x86_64.so", silent=True,
+                          external=True).strip()
+    session.run("python", "-m", "pytest", *(session.posargs or ["tests"]), env=build.sanitizer_env(runtime))
 
 
 @nox.session(name="repro", default=False)

@@ -67,3 +67,32 @@ def stage_wheel(wheel: Path, stage: Path) -> Path:
     if not lib.exists():
         raise FileNotFoundError(f"{wheel.name} holds no rvv_attn/librvv_attn_ops.so")
     return stage
+
+
+# AddressSanitizer + UndefinedBehaviorSanitizer build of the portable kernels
+# for the host. Any UB report is fatal, so a run that passes is clean.
+SANITIZER_FLAGS = "-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer -g"
+SANITIZER_DEFINES = [
+    f"CMAKE_CXX_FLAGS={SANITIZER_FLAGS}",
+    # The shared runtime, preloaded into python, which is not instrumented.
+    "CMAKE_SHARED_LINKER_FLAGS=-fsanitize=address,undefined -shared-libasan",
+]
+
+
+def sanitizer_env(runtime: str) -> dict[str, str]:
+    """Environment for running python with the sanitized library."""
+    return {
+        "LD_PRELOAD": runtime,
+        # CPython and torch keep allocations alive until exit by design.
+        "ASAN_OPTIONS": "detect_leaks=0:halt_on_error=1:strict_init_order=1",
+        "UBSAN_OPTIONS": "print_stacktrace=1:halt_on_error=1",
+    }
+
+
+def check_sanitized(library: Path) -> None:
+    """Fail unless ``library`` really carries ASan instrumentation (a run must not pass by accident)."""
+    from .proc import run
+
+    undefined = run(["llvm-nm-19", "-D", "--undefined-only", str(library)])
+    if "__asan_init" not in undefined or "__ubsan_handle" not in undefined:
+        raise RuntimeError(f"{library} is not built with -fsanitize=address,undefined")

@@ -20,6 +20,10 @@ HOST_PACKAGES: dict[str, str] = {
 }
 # Only for `nox -s repro -- --gdb`.
 DEBUGGER_PACKAGES: dict[str, str] = {"gdb-multiarch": "/usr/bin/gdb-multiarch"}
+# Only for `nox -s sanitize`: clang's sanitizer runtimes.
+SANITIZER_PACKAGES: dict[str, str] = {
+    "libclang-rt-19-dev": "/usr/lib/llvm-19/lib/clang/19/lib/linux/libclang_rt.asan-x86_64.so",
+}
 SUPPORTED = "Debian 12 (bookworm), Debian 13 (trixie) or Ubuntu 24.04"
 
 
