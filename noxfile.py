@@ -163,7 +163,7 @@ for _variant in vlens.variants():
     _register_vlen_sessions(_variant)
 
 
-@nox.session(default=False)
+@nox.session(tags=["test"], default=False)
 def sanitize(session: nox.Session) -> None:
     """Run the suite on the host against an AddressSanitizer + UBSan build of the portable kernels."""
     try:
