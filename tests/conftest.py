@@ -11,6 +11,20 @@ from __future__ import annotations
 import os
 
 import pytest
+from hypothesis import HealthCheck, settings
+
+# Property-based tests: deterministic and bounded by default (CI, emulated
+# runs), many random examples on demand: HYPOTHESIS_PROFILE=dev. A failure
+# prints the falsifying example and a @reproduce_failure blob; under the
+# default profile rerunning the same node id (e.g. with `nox -s repro`)
+# generates the very same examples.
+_common = dict(deadline=None, print_blob=True, database=None,
+               suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
+                                      # kernel_variant only selects a variant: sharing it across examples is intended
+                                      HealthCheck.function_scoped_fixture])
+settings.register_profile("ci", derandomize=True, max_examples=20, **_common)
+settings.register_profile("dev", max_examples=400, **_common)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 EXPECTED_VARIANT = os.environ.get("RVV_ATTN_EXPECT_VARIANT", "")
 

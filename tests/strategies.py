@@ -1,0 +1,73 @@
+"""Hypothesis strategies that build valid operator calls, and mutations that make them invalid."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+from hypothesis import strategies as st
+
+FLOAT_DTYPES = [torch.float32, torch.bfloat16, torch.float16]
+
+
+@dataclass
+class KvWriteCall:
+    k_buffer: torch.Tensor
+    v_buffer: torch.Tensor
+    key: torch.Tensor
+    value: torch.Tensor
+    loc: torch.Tensor
+    outputs: tuple[str, ...] = field(default=("k_buffer", "v_buffer"))
+
+    def args(self) -> dict[str, torch.Tensor]:
+        return {"k_buffer": self.k_buffer, "v_buffer": self.v_buffer, "key": self.key, "value": self.value,
+                "loc": self.loc}
+
+
+@st.composite
+def kv_write_calls(draw, min_batch: int = 0) -> KvWriteCall:
+    """Any valid decode_set_kv_buffer call: odd head dims, views, every float dtype."""
+    batch = draw(st.integers(min_batch, 6))
+    heads_kv = draw(st.integers(1, 4))
+    # Dims around vector-register multiples at every VLEN (e16m8 at VLEN 128 is 64 lanes).
+    dim = st.one_of(st.integers(1, 9), st.sampled_from([31, 32, 33, 63, 64, 65, 127, 128, 129, 257]))
+    head_dim, head_dim_v = draw(dim), draw(dim)
+    slots = draw(st.integers(max(batch, 1), 3 * batch + 4))
+    dtype = draw(st.sampled_from(FLOAT_DTYPES))
+    seed = draw(st.integers(0, 2**31 - 1))
+    g = torch.Generator().manual_seed(seed)
+
+    def randn(*shape: int) -> torch.Tensor:
+        return torch.randn(*shape, generator=g).to(dtype)
+
+    pad = draw(st.integers(0, 3))  # > 0: the cache is a view into a wider pool
+    k_buffer = randn(slots, heads_kv, head_dim + pad)[:, :, pad:]
+    v_buffer = randn(slots, heads_kv, head_dim_v + pad)[:, :, : head_dim_v]
+    key = randn(batch, heads_kv, head_dim)
+    value = randn(batch, heads_kv, head_dim_v)
+    loc = torch.randperm(slots, generator=g)[:batch].to(torch.int64)
+    return KvWriteCall(k_buffer, v_buffer, key, value, loc)
+
+
+def kv_write_mutations(call: KvWriteCall) -> dict[str, tuple[dict, str]]:
+    """Named ways to break a valid call: replaced arguments and the error text they must cause."""
+    slots = call.k_buffer.shape[0]
+    batch = call.key.shape[0]
+    muts: dict[str, tuple[dict, str]] = {
+        "float64 key": ({"key": call.key.double()}, "key has dtype Double"),
+        "int32 loc": ({"loc": call.loc.to(torch.int32)}, "loc must have dtype Long"),
+        "2-D key": ({"key": call.key.flatten(1)}, "key must be 3-D"),
+        "extra head": ({"value": torch.cat([call.value, call.value[:, :1]], 1)}, "value.size(1)"),
+        "longer loc": ({"loc": torch.arange(batch + 1, dtype=torch.int64)}, "loc.size(0)"),
+        "wrong head dim": ({"key": torch.cat([call.key, call.key[:, :, :1]], 2)}, "key.size(2)"),
+    }
+    if batch:
+        for name, slot in (("slot past the end", slots), ("negative slot", -1), ("huge slot", 2**40)):
+            loc = call.loc.clone()
+            loc[-1] = slot
+            muts[name] = ({"loc": loc}, f"loc[{batch - 1}] = {slot} is outside")
+    if batch >= 2:
+        loc = call.loc.clone()
+        loc[1] = loc[0]
+        muts["repeated slot"] = ({"loc": loc}, "more than once")
+    return muts

@@ -1,0 +1,39 @@
+"""Property-based differential tests against the float64 references, and invalid-input fuzzing.
+
+Deterministic by default (see the hypothesis profiles in conftest.py);
+HYPOTHESIS_PROFILE=dev runs many random examples.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+import rvv_attn
+from reference import write_kv as reference_write_kv
+from strategies import kv_write_calls, kv_write_mutations
+
+
+@given(call=kv_write_calls())
+def test_kv_write_matches_reference(kernel_variant, call):
+    k_expected, v_expected = call.k_buffer.clone(), call.v_buffer.clone()
+    reference_write_kv(k_expected, v_expected, call.key, call.value, call.loc)
+    rvv_attn.ops.decode_set_kv_buffer(**call.args())
+    assert torch.equal(call.k_buffer, k_expected) and torch.equal(call.v_buffer, v_expected)
+
+
+@given(call=kv_write_calls(), data=st.data())
+def test_kv_write_rejects_invalid_calls_and_writes_nothing(kernel_variant, call, data):
+    mutations = kv_write_mutations(call)
+    name = data.draw(st.sampled_from(sorted(mutations)), label="mutation")
+    replaced, message = mutations[name]
+    args = {**call.args(), **replaced}
+    before = {k: args[k].clone() for k in call.outputs}
+    with pytest.raises((RuntimeError, ValueError), match=re.escape(message)):
+        rvv_attn.ops.decode_set_kv_buffer(**args)
+    for k in call.outputs:
+        assert torch.equal(args[k], before[k]), f"{k} changed although the call was rejected ({name})"
