@@ -67,6 +67,19 @@ def _host_build(session: nox.Session, build_dir: Path = BUILD_DIR / "host", defi
         session.run("python", "-m", "pip", *build.host_install_args(build_dir, defines or []), silent=True)
 
 
+def _pytest_in_session(session: nox.Session, label: str, args: list[str], env: dict[str, str] | None = None) -> None:
+    """pytest in the session's venv; the outcome is recorded for the summary session."""
+    junit = testrun.results_dir(label) / "junit.xml"
+    junit.unlink(missing_ok=True)
+    try:
+        session.run("python", "-m", "pytest", f"--junitxml={junit}", *args, env=env)
+    finally:
+        outcome = testrun.parse_junit(junit) if junit.exists() else None
+        code = 0 if outcome and outcome.ok else 1
+        testrun.write_summary(label, code, outcome)
+        testrun.print_summary(label, code, outcome)
+
+
 @nox.session
 def setup(session: nox.Session) -> None:
     """Install host prerequisites, fetch the pinned QEMU and build the riscv64 sysroot (all cached)."""
@@ -79,16 +92,7 @@ def setup(session: nox.Session) -> None:
 def test_host(session: nox.Session) -> None:
     """Build the portable kernels for this host and run the suite natively, plus the driver's unit tests."""
     _host_build(session)
-    junit = testrun.results_dir("test-host") / "junit.xml"
-    junit.unlink(missing_ok=True)
-    args = session.posargs or ["tests", "ci/tests"]
-    try:
-        session.run("python", "-m", "pytest", f"--junitxml={junit}", *args)
-    finally:
-        outcome = testrun.parse_junit(junit) if junit.exists() else None
-        code = 0 if outcome and outcome.ok else 1
-        testrun.write_summary("test-host", code, outcome)
-        testrun.print_summary("test-host", code, outcome)
+    _pytest_in_session(session, "test-host", session.posargs or ["tests", "ci/tests"])
 
 
 @nox.session(name="test-toolchain", tags=["test"])
@@ -97,18 +101,9 @@ def test_toolchain(session: nox.Session) -> None:
     qemu_bin, root = _toolchain(session)
     wheel_path = _cross_build(session, root)
     session.install("pytest>=8")
-    junit = testrun.results_dir("test-toolchain") / "junit.xml"
-    junit.unlink(missing_ok=True)
     env = {"RVV_ATTN_QEMU": str(qemu_bin), "RVV_ATTN_SYSROOT": str(root), "RVV_ATTN_WHEEL": str(wheel_path),
            "RVV_ATTN_CROSS_BUILD": str(BUILD_DIR / "riscv64")}
-    try:
-        session.run("python", "-m", "pytest", f"--junitxml={junit}", *(session.posargs or ["ci/toolchain_tests"]),
-                    env=env)
-    finally:
-        outcome = testrun.parse_junit(junit) if junit.exists() else None
-        code = 0 if outcome and outcome.ok else 1
-        testrun.write_summary("test-toolchain", code, outcome)
-        testrun.print_summary("test-toolchain", code, outcome)
+    _pytest_in_session(session, "test-toolchain", session.posargs or ["ci/toolchain_tests"], env)
 
 
 def _test_vlen(session: nox.Session, variant: vlens.Variant, agnostic: bool) -> None:
@@ -176,7 +171,7 @@ def sanitize(session: nox.Session) -> None:
     build.check_sanitized(Path(package_dir) / "librvv_attn_ops.so")
     runtime = session.run("clang++-19", "-print-file-name=libclang_rt.asan-x86_64.so", silent=True,
                           external=True).strip()
-    session.run("python", "-m", "pytest", *(session.posargs or ["tests"]), env=build.sanitizer_env(runtime))
+    _pytest_in_session(session, "sanitize", session.posargs or ["tests"], build.sanitizer_env(runtime))
 
 
 @nox.session(name="repro", default=False)
