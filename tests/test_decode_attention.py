@@ -299,8 +299,10 @@ def test_output_rounds_to_nearest_even(kernel_variant, dtype):
 
 def test_empty_batch_is_a_no_op(kernel_variant):
     case = make_case([], 4, 2, 16, 16, torch.float32, 2)
+    k_before, v_before = case.k_buffer.clone(), case.v_buffer.clone()
     case.run()
-    assert case.output.numel() == 0
+    assert case.output.shape == (0, 4, 16)
+    assert torch.equal(case.k_buffer, k_before) and torch.equal(case.v_buffer, v_before)
 
 
 # ---------------------------------------------------------------------------
