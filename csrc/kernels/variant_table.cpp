@@ -9,12 +9,14 @@
 namespace RVV_ATTN_NS {
 
 void write_kv(const rvv_attn::KvWriteParams&, const rvv_attn::ThreadPool&);
+bool decode_attention(const rvv_attn::DecodeParams&, const rvv_attn::ThreadPool&);
 
 const rvv_attn::KernelTable& kernel_table() {
   static const rvv_attn::KernelTable table{
       RVV_ATTN_STR(RVV_ATTN_VARIANT),
       RVV_ATTN_VLEN,
       &write_kv,
+      &decode_attention,
   };
   return table;
 }
