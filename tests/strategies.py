@@ -71,3 +71,64 @@ def kv_write_mutations(call: KvWriteCall) -> dict[str, tuple[dict, str]]:
         loc[1] = loc[0]
         muts["repeated slot"] = ({"loc": loc}, "more than once")
     return muts
+
+
+# ---- decode attention ----------------------------------------------------------------------------
+# Lengths around the KV block sizes of every VLEN (16, 32, 64, 128 tokens per block).
+BLOCK_EDGES = [1, 2, 15, 16, 17, 31, 32, 33, 63, 64, 65, 127, 128, 129]
+
+
+@st.composite
+def decode_cases(draw):
+    """Any valid decode_attention_cpu call (built by the decode tests' make_case)."""
+    from test_decode_attention import make_case
+
+    batch = draw(st.integers(1, 4))
+    lens = draw(st.lists(st.one_of(st.sampled_from(BLOCK_EDGES), st.integers(1, 200)), min_size=batch,
+                         max_size=batch))
+    heads_kv = draw(st.integers(1, 3))
+    group = draw(st.sampled_from([1, 2, 3, 4, 8]))
+    dim = st.one_of(st.integers(1, 9), st.sampled_from([31, 32, 33, 64, 80, 127, 128]))
+    head_dim, head_dim_v = draw(dim), draw(dim)
+    return make_case(lens, heads_kv * group, heads_kv, head_dim, head_dim_v,
+                     draw(st.sampled_from(FLOAT_DTYPES)), draw(st.integers(1, 8)),
+                     map_dtype=draw(st.sampled_from([torch.int32, torch.int64])), strided=draw(st.booleans()),
+                     logit_cap=draw(st.sampled_from([0.0, 2.0, 30.0])), seed=draw(st.integers(0, 2**31 - 1)))
+
+
+def decode_mutation(case, data) -> str:
+    """Break ``case`` in one drawn way (in place); return the error text it must cause."""
+    batch = case.query.shape[0]
+    b = data.draw(st.integers(0, batch - 1), label="sequence")
+    row = int(case.req_pool_indices[b])
+    slots = min(case.k_buffer.shape[0], case.v_buffer.shape[0])
+    kind = data.draw(st.sampled_from(["map entry", "pool row", "length", "negative length", "loc", "sm_scale",
+                                      "logit_cap", "dtype"]), label="mutation")
+    if kind == "map entry":
+        t = data.draw(st.integers(0, int(case.seq_lens[b]) - 1), label="position")
+        bad = data.draw(st.sampled_from([slots, slots + 12345, -1, -(2**31)]), label="entry")
+        case.req_to_token[row, t] = bad
+        return f"= {bad} is outside the KV cache"
+    if kind == "pool row":
+        bad = data.draw(st.sampled_from([case.req_to_token.shape[0], -1, 2**40]), label="row")
+        case.req_pool_indices[b] = bad
+        return f"req_pool_indices[{b}] = {bad} is outside"
+    if kind == "length":
+        bad = case.req_to_token.shape[1] + data.draw(st.integers(1, 1000), label="excess")
+        case.seq_lens[b] = bad
+        return f"seq_lens[{b}] = {bad} exceeds"
+    if kind == "negative length":
+        case.seq_lens[b] = -1
+        return f"seq_lens[{b}] = -1 is negative"
+    if kind == "loc":
+        bad = data.draw(st.sampled_from([slots, -1, 2**62]), label="slot")
+        case.loc[b] = bad
+        return f"loc[{b}] = {bad} is outside"
+    if kind == "sm_scale":
+        case.sm_scale = data.draw(st.sampled_from([float("nan"), float("inf"), -float("inf"), 1e300]))
+        return "sm_scale must be finite"
+    if kind == "logit_cap":
+        case.logit_cap = data.draw(st.sampled_from([-1.0, -1e-30, float("inf"), float("nan")]))
+        return "logit_cap must be finite and >= 0"
+    case.query = case.query.double()
+    return "query has dtype Double"

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 import rvv_attn
 from reference import write_kv as reference_write_kv
-from strategies import kv_write_calls, kv_write_mutations
+from strategies import decode_cases, decode_mutation, kv_write_calls, kv_write_mutations
 
 
 @given(call=kv_write_calls())
@@ -37,3 +37,23 @@ def test_kv_write_rejects_invalid_calls_and_writes_nothing(kernel_variant, call,
         rvv_attn.ops.decode_set_kv_buffer(**args)
     for k in call.outputs:
         assert torch.equal(args[k], before[k]), f"{k} changed although the call was rejected ({name})"
+
+
+@given(case=decode_cases())
+def test_decode_matches_reference(kernel_variant, case):
+    from test_decode_attention import assert_matches_reference
+
+    case.run()
+    assert_matches_reference(case)
+
+
+@given(case=decode_cases(), data=st.data())
+def test_decode_rejects_invalid_calls_and_writes_nothing(kernel_variant, case, data):
+    message = decode_mutation(case, data)
+    watched = {"k_buffer": case.k_buffer, "v_buffer": case.v_buffer, "output": case.output,
+               "attn_logits": case.attn_logits}
+    before = {k: t.clone() for k, t in watched.items()}
+    with pytest.raises((RuntimeError, ValueError), match=re.escape(message)):
+        case.run()
+    for k, t in watched.items():
+        torch.testing.assert_close(t, before[k], rtol=0, atol=0, equal_nan=True, msg=f"{k} was written")
