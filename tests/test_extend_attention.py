@@ -1,0 +1,244 @@
+"""extend_attention_cpu: prefill / chunked prefill over a paged KV cache.
+
+Every numeric test compares with reference.extend_attention (float64, one
+sequence at a time) at the tolerances of tolerances.py, and checks that rows
+of o_extend no sequence owns are left exactly as they were.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+
+import pytest
+import torch
+
+import rvv_attn
+from reference import extend_attention as reference_extend
+from tolerances import assert_close_to_reference
+
+OP = rvv_attn.ops.extend_attention_cpu
+SENTINEL = 123.0  # exact in every dtype: rows the op must not touch keep it
+
+
+def blocking(head_dim: int = 64, head_dim_v: int = 64) -> tuple[int, int, int]:
+    """(BLOCK_M, BLOCK_N, arena bytes per worker) of the active variant."""
+    bm, bn, arena = rvv_attn.ops.extend_attention_blocking(head_dim, head_dim_v)
+    return int(bm), int(bn), int(arena)
+
+
+@dataclass
+class Case:
+    prefix: list[int]
+    extend: list[int]
+    heads: int = 4
+    heads_kv: int = 2
+    head_dim: int = 32
+    head_dim_v: int = 32
+    dtype: torch.dtype = torch.float32
+    map_dtype: torch.dtype = torch.int64
+    logit_cap: float = 0.0
+    sm_scale: float | None = None  # default 1/sqrt(D)
+    strided: bool = False  # q/k/v/o as views with non-dense outer strides
+    seed: int = 0
+    inputs: dict = field(default_factory=dict, repr=False)
+
+    def build(self) -> Case:
+        """Random inputs: shuffled cache slots and pool rows, a spare row between extend ranges."""
+        g = torch.Generator().manual_seed(self.seed)
+        batch = len(self.prefix)
+        h, hkv, d, dv = self.heads, self.heads_kv, self.head_dim, self.head_dim_v
+
+        def randn(*shape):
+            return torch.randn(*shape, generator=g).to(self.dtype)
+
+        # Extend ranges in a shuffled order with one unowned row before each.
+        order = torch.randperm(batch, generator=g).tolist()
+        starts, row = [0] * batch, 0
+        for b in order:
+            row += 1
+            starts[b] = row
+            row += self.extend[b]
+        tokens = row + 1
+        if self.strided:
+            q = randn(tokens, h + 1, d + 3)[:, 1:, 3:]
+            k = randn(tokens, hkv, d + dv)[:, :, :d]
+            v = randn(tokens, hkv, d + dv)[:, :, d:]
+            o = torch.full((tokens * 2, h, dv), SENTINEL, dtype=self.dtype)[::2]
+        else:
+            q, k, v = randn(tokens, h, d), randn(tokens, hkv, d), randn(tokens, hkv, dv)
+            o = torch.full((tokens, h, dv), SENTINEL, dtype=self.dtype)
+        slots = sum(self.prefix) + 5
+        k_buffer, v_buffer = randn(slots, hkv, d), randn(slots, hkv, dv)
+        pool_rows = batch + 2
+        width = max([p + e for p, e in zip(self.prefix, self.extend)] + [1]) + 3
+        # Entries past a prefix are never valid slots: reading one would fail loudly.
+        req_to_token = torch.full((pool_rows, width), -1, dtype=self.map_dtype)
+        perm = torch.randperm(slots, generator=g)
+        pools = torch.randperm(pool_rows, generator=g)[:batch]
+        used = 0
+        for b in range(batch):
+            req_to_token[pools[b], : self.prefix[b]] = perm[used : used + self.prefix[b]].to(self.map_dtype)
+            used += self.prefix[b]
+        self.inputs = dict(
+            q_extend=q, k_extend=k, v_extend=v, o_extend=o, k_buffer=k_buffer, v_buffer=v_buffer,
+            req_to_token=req_to_token, req_pool_indices=pools.to(torch.int64),
+            seq_lens=torch.tensor([p + e for p, e in zip(self.prefix, self.extend)], dtype=torch.int64),
+            extend_seq_lens=torch.tensor(self.extend, dtype=torch.int64),
+            extend_start_loc=torch.tensor(starts, dtype=torch.int64),
+            max_len_extend=max(self.extend + [0]),
+            sm_scale=self.sm_scale if self.sm_scale is not None else 1.0 / math.sqrt(d),
+            logit_cap=self.logit_cap,
+        )
+        return self
+
+    def run(self, **change) -> torch.Tensor:
+        args = dict(self.inputs)
+        args.update(change)
+        OP(**args)
+        return args["o_extend"]
+
+    def reference(self, logit_cap: float | None = None) -> torch.Tensor:
+        a = self.inputs
+        return reference_extend(a["q_extend"], a["k_extend"], a["v_extend"], a["k_buffer"], a["v_buffer"],
+                                a["req_to_token"], a["req_pool_indices"], a["seq_lens"], a["extend_seq_lens"],
+                                a["extend_start_loc"], a["sm_scale"],
+                                self.logit_cap if logit_cap is None else logit_cap)
+
+    def check(self, out: torch.Tensor, ref: torch.Tensor | None = None) -> None:
+        ref = self.reference() if ref is None else ref
+        owned = ~torch.isnan(ref[:, 0, 0])
+        assert_close_to_reference(out[owned], ref[owned])
+        assert torch.all(out[~owned] == SENTINEL), "rows outside every extend range were written"
+
+
+# Named shapes for the reference comparison. Dtypes and map dtypes are spread
+# over the shapes pairwise rather than crossed with all of them.
+SHAPES = {
+    "zero prefix": Case(prefix=[0, 0], extend=[5, 17]),
+    "single new token": Case(prefix=[9, 0, 40], extend=[1, 1, 1], dtype=torch.bfloat16, map_dtype=torch.int32),
+    "prefix of one token": Case(prefix=[1, 1], extend=[3, 40], dtype=torch.float16),
+    "mixed lengths": Case(prefix=[0, 1, 37, 100, 5], extend=[7, 1, 50, 0, 66], heads=3, heads_kv=3,
+                          map_dtype=torch.int32),
+    "GQA 32/8 D128 Dv96": Case(prefix=[20, 3], extend=[12, 9], heads=32, heads_kv=8, head_dim=128,
+                               head_dim_v=96, dtype=torch.bfloat16),
+    "GQA 18/3 D80": Case(prefix=[13, 0], extend=[9, 21], heads=18, heads_kv=3, head_dim=80, head_dim_v=80,
+                         dtype=torch.float16, map_dtype=torch.int32),
+    "MQA D256": Case(prefix=[30], extend=[19], heads=4, heads_kv=1, head_dim=256, head_dim_v=256,
+                     map_dtype=torch.int32),
+    "MHA D32": Case(prefix=[6, 2], extend=[11, 4], heads=2, heads_kv=2, head_dim=32, head_dim_v=32,
+                    dtype=torch.bfloat16),
+    "D not a vector multiple": Case(prefix=[17], extend=[23], heads=2, heads_kv=1, head_dim=7, head_dim_v=3,
+                                    dtype=torch.float16),
+    "strided views": Case(prefix=[10, 4], extend=[6, 13], strided=True, dtype=torch.bfloat16,
+                          map_dtype=torch.int32),
+}
+
+
+@pytest.mark.parametrize("name", list(SHAPES))
+def test_matches_reference(kernel_variant, name):
+    case = replace(SHAPES[name]).build()
+    case.check(case.run())
+
+
+def test_blocking_is_derived_from_the_variant_vlen(kernel_variant):
+    bm, bn, arena = blocking(128, 128)
+    vlen = rvv_attn.runtime_info()["cpu_vlen"]
+    if kernel_variant == "portable":
+        # The default documented in csrc/kernels/extend_tiling.h: vlen128's shape.
+        assert (bm, bn) == (64, 16)
+    else:
+        assert kernel_variant == f"vlen{vlen}"
+        assert bn == vlen // 8 and bm == 1024 // bn
+    assert bm * bn == 1024, "the f32 score tile is 4 KB at every VLEN"
+    # The arena holds Q, K^T, the score tile, V, v' (all f32) and per-row m
+    # and l; each of the 7 buffers is padded to a 64-byte line.
+    floats = bm * 128 + 128 * bn + bm * bn + bn * 128 + bm * 128 + 2 * bm
+    assert floats * 4 <= arena < floats * 4 + 7 * 64
+
+
+@pytest.mark.parametrize("dtype,map_dtype", [(torch.float32, torch.int64), (torch.float16, torch.int32),
+                                             (torch.bfloat16, torch.int64)], ids=str)
+def test_extend_lengths_crossing_this_variants_block_boundaries(kernel_variant, dtype, map_dtype):
+    bm, bn, _ = blocking(24, 40)
+    # Extend lengths just below, at and above BLOCK_N and BLOCK_M, and past two
+    # query blocks plus a partial key block; prefixes likewise around BLOCK_N.
+    extend = [bn - 1, bn, bn + 1, bm - 1, bm, bm + 1, 2 * bm + bn + 1]
+    prefix = [bn + 1, 0, bn, 2 * bn - 1, 1, bn - 1, 3 * bn]
+    case = Case(prefix=prefix, extend=extend, heads=2, heads_kv=1, head_dim=24, head_dim_v=40, dtype=dtype,
+                map_dtype=map_dtype, seed=1).build()
+    case.check(case.run())
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_logit_cap_is_applied(kernel_variant, dtype):
+    # sm_scale = 1 on D = 64 gives scores of a few units: a cap of 2 bends them.
+    case = Case(prefix=[21, 0], extend=[9, 14], head_dim=64, head_dim_v=16, dtype=dtype, sm_scale=1.0,
+                logit_cap=2.0).build()
+    capped = case.run()
+    case.check(capped)
+    uncapped = case.run(o_extend=case.inputs["o_extend"].clone(), logit_cap=0.0)
+    case.check(uncapped, case.reference(logit_cap=0.0))
+    owned = case.inputs["extend_seq_lens"].sum().item()
+    assert owned > 0
+    # Far beyond any tolerance: the cap changed the result.
+    assert (capped.double() - uncapped.double()).abs().max() > 0.1
+
+
+def test_int32_and_int64_maps_give_identical_results(kernel_variant):
+    case = Case(prefix=[33, 70, 2], extend=[5, 31, 12], dtype=torch.bfloat16, map_dtype=torch.int64).build()
+    wide = case.run()
+    case.check(wide)
+    narrow = case.run(o_extend=case.inputs["o_extend"].clone(),
+                      req_to_token=case.inputs["req_to_token"].to(torch.int32))
+    assert torch.equal(wide, narrow)
+
+
+def test_permuted_token_map_reads_the_mapped_slots(kernel_variant):
+    # Same logical sequence, two physical layouts: the outputs must agree.
+    case = Case(prefix=[45], extend=[10], seed=3).build()
+    first = case.run()
+    a = case.inputs
+    perm = torch.randperm(a["k_buffer"].shape[0], generator=torch.Generator().manual_seed(9))
+    inverse = torch.argsort(perm)  # new slot of old slot s is inverse[s]
+    row = a["req_pool_indices"][0]
+    remapped = a["req_to_token"].clone()
+    remapped[row, :45] = inverse[a["req_to_token"][row, :45]].to(remapped.dtype)
+    second = case.run(o_extend=a["o_extend"].clone(), k_buffer=a["k_buffer"][perm], v_buffer=a["v_buffer"][perm],
+                      req_to_token=remapped)
+    case.check(first)
+    assert torch.equal(first, second)
+
+
+# One long sequence past 4096 new tokens (upstream produced NaNs there) and one
+# with a 9000-token prefix, at one head and small D to keep emulation short.
+# The float32 inputs are bfloat16 values, so one float64 reference serves both.
+_LONG: dict[str, object] = {}
+
+
+def _long_case(dtype: torch.dtype) -> Case:
+    case = Case(prefix=[0, 9000], extend=[4200, 37], heads=1, heads_kv=1, head_dim=16, head_dim_v=16,
+                dtype=torch.bfloat16, seed=7).build()
+    if "ref" not in _LONG:
+        _LONG["ref"] = case.reference()
+    case.inputs = {k: (t.to(dtype) if torch.is_tensor(t) and t.is_floating_point() else t)
+                   for k, t in case.inputs.items()}
+    case.dtype = dtype
+    return case
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_long_extend_and_long_prefix_stay_finite_and_correct(kernel_variant, dtype):
+    case = _long_case(dtype)
+    out = case.run()
+    assert torch.isfinite(out).all()
+    case.check(out, _LONG["ref"])
+
+
+def test_empty_batch_and_empty_extends_are_no_ops(kernel_variant):
+    case = Case(prefix=[], extend=[]).build()
+    before = case.inputs["o_extend"].clone()
+    assert case.run().shape[0] == 1 and torch.equal(case.inputs["o_extend"], before)
+    case = Case(prefix=[4, 0], extend=[0, 0]).build()
+    before = case.inputs["o_extend"].clone()
+    assert torch.equal(case.run(), before)
