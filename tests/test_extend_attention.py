@@ -242,3 +242,84 @@ def test_empty_batch_and_empty_extends_are_no_ops(kernel_variant):
     case = Case(prefix=[4, 0], extend=[0, 0]).build()
     before = case.inputs["o_extend"].clone()
     assert torch.equal(case.run(), before)
+
+
+# ---- bad input -----------------------------------------------------------------
+# Each entry: a change to a valid case (prefix [6, 3], extend [4, 5], H 4,
+# H_kv 2, D 16, Dv 8, 14 cache slots, 4 pool rows, T 12) and the error text it must give.
+def _valid_case() -> Case:
+    return Case(prefix=[6, 3], extend=[4, 5], head_dim=16, head_dim_v=8).build()
+
+
+def _set(name, index, value):
+    def change(a):
+        t = a[name].clone()
+        t[index] = value
+        return {name: t}
+    return change
+
+
+def _map_entry(b, i, value):
+    def change(a):
+        t = a["req_to_token"].clone()
+        t[a["req_pool_indices"][b], i] = value
+        return {"req_to_token": t}
+    return change
+
+
+BAD_INPUTS = {
+    "extend longer than the sequence": (_set("extend_seq_lens", 1, 9), r"extend_seq_lens\[1\] = 9 exceeds seq_lens\[1\] = 8"),
+    "negative extend length": (_set("extend_seq_lens", 0, -1), r"extend_seq_lens\[0\] = -1 is negative"),
+    "negative sequence length": (_set("seq_lens", 1, -2), r"seq_lens\[1\] = -2 is negative"),
+    "overlapping extend ranges": (lambda a: {"extend_start_loc": torch.tensor([1, 3])},
+                                  r"extend rows of sequences 0 and 1 overlap"),
+    "extend range past T": (_set("extend_start_loc", 0, 9), r"extend_start_loc\[0\] = 9 with extend_seq_lens\[0\] = 4 runs outside the T = 12"),
+    "negative start": (_set("extend_start_loc", 1, -1), r"extend_start_loc\[1\] = -1"),
+    "max_len_extend too small": (lambda a: {"max_len_extend": 4}, r"extend_seq_lens\[1\] = 5 exceeds max_len_extend = 4"),
+    "slot past the cache": (_map_entry(0, 5, 14), r"req_to_token\[\d+, 5\] = 14 is outside the KV cache's 14 token slots"),
+    "negative slot": (_map_entry(1, 0, -3), r"req_to_token\[\d+, 0\] = -3 is outside"),
+    "pool row out of range": (_set("req_pool_indices", 1, 4), r"req_pool_indices\[1\] = 4 is outside"),
+    "negative pool row": (_set("req_pool_indices", 0, -1), r"req_pool_indices\[0\] = -1 is outside"),
+    "prefix wider than the map": (lambda a: {"req_to_token": a["req_to_token"][:, :5]},
+                                  r"prefix of 6 tokens but req_to_token has room for 5"),
+    "H not a multiple of H_kv": (lambda a: {"q_extend": a["q_extend"][:, :3], "o_extend": a["o_extend"][:, :3]},
+                                 r"H = 3 heads, which is not a multiple of H_kv = 2"),
+    "NaN sm_scale": (lambda a: {"sm_scale": float("nan")}, r"sm_scale = nan is not a finite"),
+    "infinite sm_scale": (lambda a: {"sm_scale": float("inf")}, r"sm_scale = inf is not a finite"),
+    "negative logit_cap": (lambda a: {"logit_cap": -1.0}, r"logit_cap = -1 must be a finite value >= 0"),
+    "NaN logit_cap": (lambda a: {"logit_cap": float("nan")}, r"logit_cap = nan must be"),
+    "float64 tensors": (lambda a: {k: a[k].double() for k in ("q_extend", "k_extend", "v_extend", "o_extend",
+                                                              "k_buffer", "v_buffer")},
+                        r"q_extend has dtype Double"),
+    "mixed dtypes": (lambda a: {"v_buffer": a["v_buffer"].half()}, r"v_buffer has dtype Half but q_extend has Float"),
+    "float token map": (lambda a: {"req_to_token": a["req_to_token"].float()},
+                        r"req_to_token must have dtype Int or Long, got Float"),
+    "int32 seq_lens": (lambda a: {"seq_lens": a["seq_lens"].int()}, r"seq_lens must have dtype Long"),
+    "int32 extend_start_loc": (lambda a: {"extend_start_loc": a["extend_start_loc"].int()},
+                               r"extend_start_loc must have dtype Long"),
+    "k_extend rows differ": (lambda a: {"k_extend": a["k_extend"][:-1]}, r"k_extend.size\(0\) = 11 but q_extend.size\(0\)"),
+    "o_extend heads differ": (lambda a: {"o_extend": a["o_extend"][:, :2]}, r"o_extend.size\(1\) = 2 but q_extend.size\(1\)"),
+    "k_buffer head dim differs": (lambda a: {"k_buffer": a["k_buffer"][:, :, :15]},
+                                  r"k_buffer.size\(2\) = 15 but q_extend.size\(2\) \(D\) is 16"),
+    "v_buffer heads differ": (lambda a: {"v_buffer": a["v_buffer"][:, :1]}, r"v_buffer.size\(1\) = 1 but k_extend.size\(1\)"),
+    "batch sizes differ": (lambda a: {"extend_seq_lens": a["extend_seq_lens"][:1]},
+                           r"extend_seq_lens.size\(0\) = 1 but seq_lens.size\(0\) \(B\) is 2"),
+    "wrong rank": (lambda a: {"q_extend": a["q_extend"][0]}, r"q_extend must be 3-D"),
+    "head dim over 256": (lambda a: {k: torch.zeros(a[k].shape[:2] + (257,)) for k in ("q_extend", "k_extend", "k_buffer")},
+                          r"head dim D = 257 \(q_extend.size\(2\)\) is outside \[1, 256\]"),
+    "strided last dim": (lambda a: {"k_buffer": torch.cat([a["k_buffer"]] * 2, dim=2)[:, :, ::2]},
+                         r"k_buffer must be contiguous in its last dimension"),
+}
+
+
+@pytest.mark.parametrize("name", list(BAD_INPUTS))
+def test_bad_input_raises_a_clear_error_and_writes_nothing(kernel_variant, name):
+    change, message = BAD_INPUTS[name]
+    case = _valid_case()
+    case.run(o_extend=case.inputs["o_extend"].clone())  # the unchanged case is valid
+    args = dict(case.inputs)
+    args.update(change(args))
+    before = args["o_extend"].clone()
+    with pytest.raises(RuntimeError, match=r"rvv_attn.extend_attention_cpu: .*" + message):
+        OP(**args)
+    assert torch.equal(args["o_extend"], before)
