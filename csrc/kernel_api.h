@@ -39,6 +39,35 @@ struct KvWriteParams {
   const int64_t* loc;
 };
 
+// decode_attention_cpu after its KV write: one new query token per sequence
+// attends over its cached tokens. All strides are in elements; the last
+// dimension of every tensor is dense. Every index (pool rows, lengths, map
+// entries) has been checked; seq_lens[b] >= 1.
+struct DecodeParams {
+  DType dtype;  // of query, k/v buffers and output
+  int64_t batch, heads, heads_kv, head_dim, head_dim_v;
+  int64_t num_splits;  // attn_logits.size(2)
+  const void* query;
+  int64_t query_stride_b, query_stride_h;
+  const void* k_buffer;
+  int64_t k_stride_t, k_stride_h;
+  const void* v_buffer;
+  int64_t v_stride_t, v_stride_h;
+  void* output;
+  int64_t output_stride_b, output_stride_h;
+  // [B, H, num_splits, Dv + 1] float32 scratch: a split's normalized partial
+  // output, then its log-sum-exp (-inf for an empty split).
+  float* attn_logits;
+  int64_t logits_stride_b, logits_stride_h, logits_stride_s;
+  const void* req_to_token;  // int64 if req_to_token_is_int64, else int32
+  bool req_to_token_is_int64;
+  int64_t req_to_token_stride;  // between rows
+  const int64_t* req_pool_indices;
+  const int64_t* seq_lens;
+  float sm_scale;
+  float logit_cap;  // 0: no soft cap
+};
+
 // ---- extend attention (prefill / chunked prefill) --------------------------
 // Everything here has been validated by csrc/ops/extend_attention.cpp: every
 // length, start row, pool row and cache slot is in range, extend ranges do not
@@ -64,7 +93,7 @@ struct ExtendParams {
   int64_t v_buffer_stride_t, v_buffer_stride_h;
   // req_to_token is int32 or int64, [pool rows, context], row stride in elements.
   const void* req_to_token;
-  bool req_to_token_int64;
+  bool req_to_token_is_int64;
   int64_t req_to_token_stride;
   const int64_t* req_pool_indices;  // [B]
   const int64_t* prefix_lens;       // [B] seq_lens[b] - extend_seq_lens[b]
@@ -90,6 +119,9 @@ struct KernelTable {
   const char* name;  // "portable", "vlen256", ...
   int vlen;          // VLEN in bits the code is only valid at; 0 for portable
   void (*write_kv)(const KvWriteParams&, const ThreadPool&);
+  // Returns false if a worker could not allocate its scratch memory (the
+  // outputs are then incomplete); true otherwise.
+  bool (*decode_attention)(const DecodeParams&, const ThreadPool&);
   // extend attention: tile shape, per-worker scratch size, the kernel.
   ExtendBlocking (*extend_blocking)();
   int64_t (*extend_arena_bytes)(int64_t head_dim, int64_t head_dim_v);

@@ -1,102 +1,24 @@
-// The torch side: operator schemas, input validation, and the call into the
-// selected kernel variant. The only translation unit that includes torch.
-#include <ATen/Parallel.h>
+// The library's schemas (TORCH_LIBRARY): the KV write and the variant
+// controls. Other operators add theirs with TORCH_LIBRARY_FRAGMENT in
+// csrc/ops/.
 #include <ATen/core/Tensor.h>
 #include <torch/library.h>
 
-#include <algorithm>
 #include <stdexcept>
+#include <string>
 #include <vector>
 
-#include "checks.h"
 #include "dispatch.h"
 #include "kernel_api.h"
+#include "ops/kv_write.h"
+#include "ops/runtime.h"
 
 namespace rvv_attn {
 namespace {
 
-void run_on_torch_pool(int64_t n, void* ctx, void (*body)(void*, int64_t, int64_t)) {
-  at::parallel_for(0, n, /*grain_size=*/1, [&](int64_t begin, int64_t end) { body(ctx, begin, end); });
-}
-
-const ThreadPool kTorchPool{&run_on_torch_pool};
-
-// Errors from the dispatcher become RuntimeErrors in Python.
-const KernelTable& kernels() {
-  try {
-    return active_table();
-  } catch (const std::exception& e) {
-    TORCH_CHECK(false, e.what());
-  }
-}
-
-// Every slot in ``loc`` is inside both buffers and no slot repeats (two rows
-// racing for one slot would leave either). Checked before any write.
-void check_slots(const char* op, const at::Tensor& loc, int64_t k_slots, int64_t v_slots) {
-  const int64_t* slots = loc.data_ptr<int64_t>();
-  const int64_t n = loc.numel();
-  for (int64_t i = 0; i < n; ++i) {
-    TORCH_CHECK(slots[i] >= 0 && slots[i] < k_slots && slots[i] < v_slots, op, ": loc[", i, "] = ", slots[i],
-                " is outside the KV cache's token slots [0, ", std::min(k_slots, v_slots), ")");
-  }
-  std::vector<int64_t> sorted(slots, slots + n);
-  std::sort(sorted.begin(), sorted.end());
-  auto dup = std::adjacent_find(sorted.begin(), sorted.end());
-  TORCH_CHECK(dup == sorted.end(), op, ": loc names slot ", (dup == sorted.end() ? 0 : *dup),
-              " more than once; each new token needs its own slot");
-}
-
 void decode_set_kv_buffer(at::Tensor& k_buffer, at::Tensor& v_buffer, const at::Tensor& key,
                           const at::Tensor& value, const at::Tensor& loc) {
-  constexpr const char* op = "rvv_attn.decode_set_kv_buffer";
-  using namespace checks;
-  rank(op, "k_buffer", k_buffer, 3, "[max_total_tokens, H_kv, D]");
-  rank(op, "v_buffer", v_buffer, 3, "[max_total_tokens, H_kv, Dv]");
-  rank(op, "key", key, 3, "[B, H_kv, D]");
-  rank(op, "value", value, 3, "[B, H_kv, Dv]");
-  rank(op, "loc", loc, 1, "[B]");
-  const DType dtype = float_dtype(op, "k_buffer", k_buffer);
-  same_dtype(op, "v_buffer", v_buffer, "k_buffer", k_buffer);
-  same_dtype(op, "key", key, "k_buffer", k_buffer);
-  same_dtype(op, "value", value, "k_buffer", k_buffer);
-  index_dtype(op, "loc", loc, {at::kLong});
-  const int64_t batch = key.size(0), heads_kv = k_buffer.size(1);
-  const int64_t head_dim = k_buffer.size(2), head_dim_v = v_buffer.size(2);
-  size_is(op, "value", value, 0, batch, "key.size(0) (the batch)");
-  size_is(op, "loc", loc, 0, batch, "key.size(0) (the batch)");
-  size_is(op, "v_buffer", v_buffer, 1, heads_kv, "k_buffer.size(1) (H_kv)");
-  size_is(op, "key", key, 1, heads_kv, "k_buffer.size(1) (H_kv)");
-  size_is(op, "value", value, 1, heads_kv, "k_buffer.size(1) (H_kv)");
-  size_is(op, "key", key, 2, head_dim, "k_buffer.size(2) (D)");
-  size_is(op, "value", value, 2, head_dim_v, "v_buffer.size(2) (Dv)");
-  for (auto [name, t] : {std::pair<const char*, const at::Tensor*>{"k_buffer", &k_buffer}, {"v_buffer", &v_buffer},
-                         {"key", &key}, {"value", &value}}) {
-    dense_last_dim(op, name, *t);
-  }
-  const at::Tensor loc_c = loc.contiguous();
-  check_slots(op, loc_c, k_buffer.size(0), v_buffer.size(0));
-  if (batch == 0 || heads_kv == 0) return;
-
-  KvWriteParams p{};
-  p.dtype = dtype;
-  p.batch = batch;
-  p.heads_kv = heads_kv;
-  p.head_dim = head_dim;
-  p.head_dim_v = head_dim_v;
-  p.key = key.data_ptr();
-  p.key_stride_b = key.stride(0);
-  p.key_stride_h = key.stride(1);
-  p.value = value.data_ptr();
-  p.value_stride_b = value.stride(0);
-  p.value_stride_h = value.stride(1);
-  p.k_buffer = k_buffer.data_ptr();
-  p.k_buffer_stride_t = k_buffer.stride(0);
-  p.k_buffer_stride_h = k_buffer.stride(1);
-  p.v_buffer = v_buffer.data_ptr();
-  p.v_buffer_stride_t = v_buffer.stride(0);
-  p.v_buffer_stride_h = v_buffer.stride(1);
-  p.loc = loc_c.data_ptr<int64_t>();
-  kernels().write_kv(p, kTorchPool);
+  ops::run_kv_write(ops::prepare_kv_write("rvv_attn.decode_set_kv_buffer", k_buffer, v_buffer, key, value, loc));
 }
 
 std::vector<std::string> compiled_variant_names() {
@@ -113,12 +35,12 @@ std::string select_variant_op(const std::string& name) {
   }
 }
 
-std::string active_variant() { return kernels().name; }
+std::string active_variant() { return ops::kernels().name; }
 
 int64_t cpu_vlen() { return detect_cpu().vlen; }
 
 std::string selection_reason_op() {
-  kernels();
+  ops::kernels();
   return selection_reason();
 }
 

@@ -301,8 +301,8 @@ void run_item(const rvv_attn::ExtendParams& p, const Scratch& w, int64_t b, int6
                           static_cast<const E*>(p.v_buffer) + hkv * p.v_buffer_stride_h,
                           p.v_buffer_stride_t,
                           static_cast<const char*>(p.req_to_token) +
-                              p.req_pool_indices[b] * p.req_to_token_stride * (p.req_to_token_int64 ? 8 : 4),
-                          p.req_to_token_int64};
+                              p.req_pool_indices[b] * p.req_to_token_stride * (p.req_to_token_is_int64 ? 8 : 4),
+                          p.req_to_token_is_int64};
   for (int64_t k0 = 0; k0 < prefix; k0 += BN) {
     attend_block<Tr>(it, pre, k0, prefix - k0 < BN ? prefix - k0 : BN, -1);
   }

@@ -15,26 +15,15 @@
 #include <vector>
 
 #include "checks.h"
-#include "dispatch.h"
 #include "kernel_api.h"
+#include "ops/runtime.h"
+#include "token_map.h"
 
 namespace rvv_attn {
 namespace {
 
 constexpr const char* kOp = "rvv_attn.extend_attention_cpu";
 constexpr int64_t kMaxHeadDim = 256;
-
-void run_on_torch_pool(int64_t n, void* ctx, void (*body)(void*, int64_t, int64_t)) {
-  at::parallel_for(0, n, /*grain_size=*/1, [&](int64_t begin, int64_t end) { body(ctx, begin, end); });
-}
-
-const KernelTable& kernels() {
-  try {
-    return active_table();
-  } catch (const std::exception& e) {
-    TORCH_CHECK(false, e.what());
-  }
-}
 
 // Shapes and dtypes of the ten tensors; returns the element dtype.
 DType check_layout(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& o,
@@ -48,9 +37,6 @@ DType check_layout(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v
   rank(kOp, "o_extend", o, 3, "[T, H, Dv]");
   rank(kOp, "k_buffer", k_buffer, 3, "[max_total_tokens, H_kv, D]");
   rank(kOp, "v_buffer", v_buffer, 3, "[max_total_tokens, H_kv, Dv]");
-  rank(kOp, "req_to_token", req_to_token, 2, "[pool rows, max context]");
-  rank(kOp, "req_pool_indices", req_pool_indices, 1, "[B]");
-  rank(kOp, "seq_lens", seq_lens, 1, "[B]");
   rank(kOp, "extend_seq_lens", extend_seq_lens, 1, "[B]");
   rank(kOp, "extend_start_loc", extend_start_loc, 1, "[B]");
 
@@ -60,9 +46,6 @@ DType check_layout(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v
   same_dtype(kOp, "o_extend", o, "q_extend", q);
   same_dtype(kOp, "k_buffer", k_buffer, "q_extend", q);
   same_dtype(kOp, "v_buffer", v_buffer, "q_extend", q);
-  index_dtype(kOp, "req_to_token", req_to_token, {at::kInt, at::kLong});
-  index_dtype(kOp, "req_pool_indices", req_pool_indices, {at::kLong});
-  index_dtype(kOp, "seq_lens", seq_lens, {at::kLong});
   index_dtype(kOp, "extend_seq_lens", extend_seq_lens, {at::kLong});
   index_dtype(kOp, "extend_start_loc", extend_start_loc, {at::kLong});
 
@@ -86,14 +69,12 @@ DType check_layout(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v
   TORCH_CHECK(head_dim_v >= 1 && head_dim_v <= kMaxHeadDim, kOp, ": value head dim Dv = ", head_dim_v,
               " (v_extend.size(2)) is outside [1, ", kMaxHeadDim, "]");
 
-  const int64_t batch = seq_lens.size(0);
-  size_is(kOp, "req_pool_indices", req_pool_indices, 0, batch, "seq_lens.size(0) (B)");
-  size_is(kOp, "extend_seq_lens", extend_seq_lens, 0, batch, "seq_lens.size(0) (B)");
-  size_is(kOp, "extend_start_loc", extend_start_loc, 0, batch, "seq_lens.size(0) (B)");
+  const int64_t batch = extend_seq_lens.size(0);
+  token_map::check_layout(kOp, req_to_token, req_pool_indices, "seq_lens", seq_lens, batch);
+  size_is(kOp, "extend_start_loc", extend_start_loc, 0, batch, "extend_seq_lens.size(0) (B)");
 
   for (auto [name, t] : {std::pair<const char*, const at::Tensor*>{"q_extend", &q}, {"k_extend", &k},
-                         {"v_extend", &v}, {"o_extend", &o}, {"k_buffer", &k_buffer}, {"v_buffer", &v_buffer},
-                         {"req_to_token", &req_to_token}}) {
+                         {"v_extend", &v}, {"o_extend", &o}, {"k_buffer", &k_buffer}, {"v_buffer", &v_buffer}}) {
     dense_last_dim(kOp, name, *t);
   }
   return dtype;
@@ -132,29 +113,6 @@ void check_extend_ranges(const at::Tensor& ext_t, const at::Tensor& seq_t, const
   }
 }
 
-// Every pool row and cache slot the kernel will read. (Replaced by the
-// shared token_map.h checks once the decode branch lands them.)
-void check_token_map(const at::Tensor& req_to_token, const at::Tensor& pools_t, const at::Tensor& prefix_t,
-                     int64_t cache_slots) {
-  const int64_t batch = pools_t.numel();
-  const int64_t* pools = pools_t.data_ptr<int64_t>();
-  const int64_t* prefix = prefix_t.data_ptr<int64_t>();
-  const int64_t rows = req_to_token.size(0), cols = req_to_token.size(1);
-  const bool wide = req_to_token.scalar_type() == at::kLong;
-  for (int64_t b = 0; b < batch; ++b) {
-    TORCH_CHECK(pools[b] >= 0 && pools[b] < rows, kOp, ": req_pool_indices[", b, "] = ", pools[b],
-                " is outside req_to_token's ", rows, " rows");
-    TORCH_CHECK(prefix[b] <= cols, kOp, ": sequence ", b, " has a prefix of ", prefix[b],
-                " tokens but req_to_token has room for ", cols);
-    for (int64_t i = 0; i < prefix[b]; ++i) {
-      const int64_t slot = wide ? req_to_token.data_ptr<int64_t>()[pools[b] * req_to_token.stride(0) + i]
-                                : req_to_token.data_ptr<int32_t>()[pools[b] * req_to_token.stride(0) + i];
-      TORCH_CHECK(slot >= 0 && slot < cache_slots, kOp, ": req_to_token[", pools[b], ", ", i, "] = ", slot,
-                  " is outside the KV cache's ", cache_slots, " token slots");
-    }
-  }
-}
-
 void extend_attention_cpu(const at::Tensor& q_extend, const at::Tensor& k_extend, const at::Tensor& v_extend,
                           at::Tensor& o_extend, const at::Tensor& k_buffer, const at::Tensor& v_buffer,
                           const at::Tensor& req_to_token, const at::Tensor& req_pool_indices,
@@ -173,16 +131,19 @@ void extend_attention_cpu(const at::Tensor& q_extend, const at::Tensor& k_extend
   const at::Tensor ext = extend_seq_lens.contiguous();
   const at::Tensor seq = seq_lens.contiguous();
   const at::Tensor start = extend_start_loc.contiguous();
-  const at::Tensor pools = req_pool_indices.contiguous();
   const int64_t tokens = q_extend.size(0), batch = seq.numel();
   check_extend_ranges(ext, seq, start, tokens, max_len_extend);
   at::Tensor prefix = at::empty({batch}, at::kLong);  // seq_lens - extend_seq_lens, >= 0 by now
   for (int64_t b = 0; b < batch; ++b) {
     prefix.data_ptr<int64_t>()[b] = seq.data_ptr<int64_t>()[b] - ext.data_ptr<int64_t>()[b];
   }
-  check_token_map(req_to_token, pools, prefix, std::min(k_buffer.size(0), v_buffer.size(0)));
+  // The kernel reads the map only for prefix tokens: those pool rows and
+  // slots are checked (entries for the new tokens are not read).
+  const token_map::CheckedTokenMaps maps =
+      token_map::check_values(kOp, req_to_token, req_pool_indices, "prefix_lens (seq_lens - extend_seq_lens)",
+                              prefix, std::min(k_buffer.size(0), v_buffer.size(0)), 0, "");
 
-  const KernelTable& table = kernels();
+  const KernelTable& table = ops::kernels();
   const ExtendBlocking blocking = table.extend_blocking();
   at::Tensor qblock_offsets = at::empty({batch + 1}, at::kLong);
   int64_t* offsets = qblock_offsets.data_ptr<int64_t>();
@@ -227,17 +188,18 @@ void extend_attention_cpu(const at::Tensor& q_extend, const at::Tensor& k_extend
   p.v_buffer = v_buffer.data_ptr();
   p.v_buffer_stride_t = v_buffer.stride(0);
   p.v_buffer_stride_h = v_buffer.stride(1);
-  p.req_to_token = req_to_token.data_ptr();
-  p.req_to_token_int64 = req_to_token.scalar_type() == at::kLong;
-  p.req_to_token_stride = req_to_token.stride(0);
-  p.req_pool_indices = pools.data_ptr<int64_t>();
+  const token_map::MapView map = maps.map();
+  p.req_to_token = map.data;
+  p.req_to_token_is_int64 = map.is_int64;
+  p.req_to_token_stride = map.row_stride;
+  p.req_pool_indices = maps.pool_indices();
   p.prefix_lens = prefix.data_ptr<int64_t>();
   p.extend_lens = ext.data_ptr<int64_t>();
   p.extend_start = start.data_ptr<int64_t>();
   p.qblock_offsets = offsets;
   p.arena = arena.data_ptr();
   p.workers = workers;
-  table.extend_attention(p, ThreadPool{&run_on_torch_pool});
+  table.extend_attention(p, ops::torch_pool());
 }
 
 // [BLOCK_M, BLOCK_N, arena bytes per worker] of the active variant for the
@@ -246,7 +208,7 @@ std::vector<int64_t> extend_attention_blocking(int64_t head_dim, int64_t head_di
   TORCH_CHECK(head_dim >= 1 && head_dim <= kMaxHeadDim && head_dim_v >= 1 && head_dim_v <= kMaxHeadDim,
               "rvv_attn.extend_attention_blocking: head dims must be in [1, ", kMaxHeadDim, "], got ", head_dim,
               " and ", head_dim_v);
-  const KernelTable& table = kernels();
+  const KernelTable& table = ops::kernels();
   const ExtendBlocking b = table.extend_blocking();
   return {b.block_m, b.block_n, table.extend_arena_bytes(head_dim, head_dim_v)};
 }

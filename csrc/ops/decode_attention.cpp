@@ -1,0 +1,121 @@
+// decode_attention_cpu: schema (argument order as SGLang's CPU kernel),
+// validation, the KV write, then the attention kernel.
+//
+// Every check runs before the KV write, so a rejected call leaves the cache,
+// output and attn_logits untouched.
+#include <ATen/core/Tensor.h>
+#include <c10/util/Exception.h>
+#include <torch/library.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "checks.h"
+#include "kernel_api.h"
+#include "ops/kv_write.h"
+#include "ops/runtime.h"
+#include "token_map.h"
+
+namespace rvv_attn {
+namespace {
+
+constexpr const char* kOp = "rvv_attn.decode_attention_cpu";
+
+void decode_attention_cpu(const at::Tensor& query, at::Tensor& k_buffer, at::Tensor& v_buffer, at::Tensor& output,
+                          const at::Tensor& key, const at::Tensor& value, const at::Tensor& loc,
+                          at::Tensor& attn_logits, const at::Tensor& req_to_token,
+                          const at::Tensor& req_pool_indices, const at::Tensor& seq_lens, double sm_scale,
+                          double logit_cap) {
+  using namespace checks;
+  const char* op = kOp;
+  rank(op, "query", query, 3, "[B, H, D]");
+  rank(op, "output", output, 3, "[B, H, Dv]");
+  rank(op, "attn_logits", attn_logits, 4, "[B, H, num_kv_splits, Dv + 1]");
+  // Ranks, dtypes and sizes of the KV write's arguments, and every loc slot.
+  const ops::PreparedKvWrite kv_write = ops::prepare_kv_write(op, k_buffer, v_buffer, key, value, loc);
+
+  const DType dtype = float_dtype(op, "query", query);
+  same_dtype(op, "k_buffer", k_buffer, "query", query);
+  same_dtype(op, "output", output, "query", query);
+  TORCH_CHECK(attn_logits.scalar_type() == at::kFloat, op, ": attn_logits must have dtype float32, got ",
+              attn_logits.scalar_type());
+
+  const int64_t batch = query.size(0), heads = query.size(1), head_dim = query.size(2);
+  const int64_t heads_kv = k_buffer.size(1), head_dim_v = v_buffer.size(2);
+  size_is(op, "key", key, 0, batch, "query.size(0) (the batch)");
+  size_is(op, "output", output, 0, batch, "query.size(0) (the batch)");
+  size_is(op, "output", output, 1, heads, "query.size(1) (H)");
+  size_is(op, "query", query, 2, k_buffer.size(2), "k_buffer.size(2) (D)");
+  size_is(op, "output", output, 2, head_dim_v, "v_buffer.size(2) (Dv)");
+  TORCH_CHECK(heads_kv > 0, op, ": k_buffer.size(1) (H_kv) must be positive, got shape ", shape_of(k_buffer));
+  TORCH_CHECK(heads % heads_kv == 0, op, ": query has H = ", heads, " heads, not a multiple of H_kv = ", heads_kv,
+              " (k_buffer.size(1)); each KV head must serve the same number of query heads");
+  size_is(op, "attn_logits", attn_logits, 0, batch, "query.size(0) (the batch)");
+  size_is(op, "attn_logits", attn_logits, 1, heads, "query.size(1) (H)");
+  TORCH_CHECK(attn_logits.size(2) >= 1, op, ": attn_logits.size(2) is the number of KV splits and must be >= 1, got ",
+              shape_of(attn_logits));
+  size_is(op, "attn_logits", attn_logits, 3, head_dim_v + 1, "Dv + 1 (partial output and its log-sum-exp)");
+  dense_last_dim(op, "query", query);
+  dense_last_dim(op, "output", output);
+  dense_last_dim(op, "attn_logits", attn_logits);
+  // Checked as the float the kernels use: 1e300 is finite only as a double.
+  TORCH_CHECK(std::isfinite(static_cast<float>(sm_scale)), op, ": sm_scale must be finite, got ", sm_scale);
+  TORCH_CHECK(std::isfinite(static_cast<float>(logit_cap)) && logit_cap >= 0.0, op,
+              ": logit_cap must be finite and >= 0 (0 disables the cap), got ", logit_cap);
+
+  token_map::check_layout(op, req_to_token, req_pool_indices, "seq_lens", seq_lens, batch);
+  const token_map::CheckedTokenMaps maps = token_map::check_values(
+      op, req_to_token, req_pool_indices, "seq_lens", seq_lens, std::min(k_buffer.size(0), v_buffer.size(0)),
+      /*min_len=*/1, "every sequence includes the token written at loc this step");
+
+  if (batch == 0) return;
+  ops::run_kv_write(kv_write);
+  if (heads == 0) return;
+
+  DecodeParams p{};
+  p.dtype = dtype;
+  p.batch = batch;
+  p.heads = heads;
+  p.heads_kv = heads_kv;
+  p.head_dim = head_dim;
+  p.head_dim_v = head_dim_v;
+  p.num_splits = attn_logits.size(2);
+  p.query = query.data_ptr();
+  p.query_stride_b = query.stride(0);
+  p.query_stride_h = query.stride(1);
+  p.k_buffer = k_buffer.data_ptr();
+  p.k_stride_t = k_buffer.stride(0);
+  p.k_stride_h = k_buffer.stride(1);
+  p.v_buffer = v_buffer.data_ptr();
+  p.v_stride_t = v_buffer.stride(0);
+  p.v_stride_h = v_buffer.stride(1);
+  p.output = output.data_ptr();
+  p.output_stride_b = output.stride(0);
+  p.output_stride_h = output.stride(1);
+  p.attn_logits = attn_logits.data_ptr<float>();
+  p.logits_stride_b = attn_logits.stride(0);
+  p.logits_stride_h = attn_logits.stride(1);
+  p.logits_stride_s = attn_logits.stride(2);
+  const token_map::MapView map = maps.map();
+  p.req_to_token = map.data;
+  p.req_to_token_is_int64 = map.is_int64;
+  p.req_to_token_stride = map.row_stride;
+  p.req_pool_indices = maps.pool_indices();
+  p.seq_lens = maps.lengths();
+  p.sm_scale = static_cast<float>(sm_scale);
+  p.logit_cap = static_cast<float>(logit_cap);
+  TORCH_CHECK(ops::kernels().decode_attention(p, ops::torch_pool()), op,
+              ": a worker could not allocate its scratch memory; output is incomplete");
+}
+
+}  // namespace
+}  // namespace rvv_attn
+
+TORCH_LIBRARY_FRAGMENT(rvv_attn, m) {
+  m.def(
+      "decode_attention_cpu(Tensor query, Tensor(a!) k_buffer, Tensor(b!) v_buffer, Tensor(c!) output, "
+      "Tensor key, Tensor value, Tensor loc, Tensor(d!) attn_logits, Tensor req_to_token, "
+      "Tensor req_pool_indices, Tensor seq_lens, float sm_scale, float logit_cap) -> ()");
+}
+
+TORCH_LIBRARY_IMPL(rvv_attn, CPU, m) { m.impl("decode_attention_cpu", &rvv_attn::decode_attention_cpu); }

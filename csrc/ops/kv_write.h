@@ -1,0 +1,27 @@
+// The KV-cache write (decode_set_kv_buffer), split into validation and
+// execution so that an operator doing more (decode attention) can validate
+// everything it gets before the first write.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include "kernel_api.h"
+
+namespace rvv_attn::ops {
+
+struct PreparedKvWrite {
+  KvWriteParams params;  // params.loc points into ``loc``
+  at::Tensor loc;        // contiguous copy (or the argument) kept alive
+};
+
+// All checks on k_buffer, v_buffer, key, value and loc, errors prefixed with
+// ``op``: ranks, dtypes (float32/bfloat16/float16, all equal; loc int64),
+// matching sizes, dense last dimensions, every slot in range and distinct.
+// Reads nothing but loc and writes nothing.
+PreparedKvWrite prepare_kv_write(const char* op, const at::Tensor& k_buffer, const at::Tensor& v_buffer,
+                                 const at::Tensor& key, const at::Tensor& value, const at::Tensor& loc);
+
+// k_buffer[loc[b]] = key[b], v_buffer[loc[b]] = value[b] with the active variant.
+void run_kv_write(const PreparedKvWrite& prepared);
+
+}  // namespace rvv_attn::ops
