@@ -15,7 +15,7 @@ import torch
 
 import rvv_attn
 from reference import extend_attention as reference_extend
-from tolerances import assert_close_to_reference
+from tolerances import TOLERANCES, assert_close_to_reference
 
 OP = rvv_attn.ops.extend_attention_cpu
 SENTINEL = 123.0  # exact in every dtype: rows the op must not touch keep it
@@ -242,6 +242,34 @@ def test_empty_batch_and_empty_extends_are_no_ops(kernel_variant):
     case = Case(prefix=[4, 0], extend=[0, 0]).build()
     before = case.inputs["o_extend"].clone()
     assert torch.equal(case.run(), before)
+
+
+@pytest.mark.parametrize("dtype,logit_cap", [(torch.float32, 0.0), (torch.bfloat16, 1.5)], ids=str)
+def test_one_new_token_on_a_prefix_equals_decode(kernel_variant, dtype, logit_cap):
+    """Extending by one token is a decode step: both operators must agree on the same cache."""
+    case = Case(prefix=[37, 1, 80], extend=[1, 1, 1], heads=6, heads_kv=2, head_dim=40, head_dim_v=24, dtype=dtype,
+                logit_cap=logit_cap, sm_scale=0.5, seed=5).build()
+    extended = case.run()
+    case.check(extended)
+
+    a = case.inputs
+    rows = a["extend_start_loc"]
+    batch, heads, dv = rows.shape[0], a["q_extend"].shape[1], a["v_extend"].shape[2]
+    # Decode writes the new K/V into the cache itself, at slots the prefixes do not use.
+    used = set(a["req_to_token"][a["req_pool_indices"]].flatten().tolist())
+    loc = torch.tensor([s for s in range(a["k_buffer"].shape[0]) if s not in used][:batch], dtype=torch.int64)
+    req_to_token = a["req_to_token"].clone()
+    for b in range(batch):
+        req_to_token[a["req_pool_indices"][b], int(a["seq_lens"][b]) - 1] = int(loc[b])
+    decoded = torch.full((batch, heads, dv), SENTINEL, dtype=dtype)
+    rvv_attn.ops.decode_attention_cpu(
+        a["q_extend"][rows], a["k_buffer"].clone(), a["v_buffer"].clone(), decoded, a["k_extend"][rows],
+        a["v_extend"][rows], loc, torch.zeros(batch, heads, 3, dv + 1), req_to_token, a["req_pool_indices"],
+        a["seq_lens"], a["sm_scale"], logit_cap)
+    # Two float32 computations of one value, each rounded once to the dtype:
+    # they may differ by both kernels' allowances added up.
+    tol = TOLERANCES[dtype]
+    torch.testing.assert_close(extended[rows].double(), decoded.double(), atol=2 * tol["atol"], rtol=2 * tol["rtol"])
 
 
 # ---- bad input -----------------------------------------------------------------

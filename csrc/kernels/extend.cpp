@@ -7,8 +7,7 @@
 // worker owns one arena slice (see ArenaLayout) for the whole call.
 //
 // Per item, flash-attention style with an online softmax:
-//   Q tile  q[BLOCK_M x D]    f32, pre-multiplied by sm_scale (or
-//                              sm_scale/cap when the logit cap is on)
+//   Q tile  q[BLOCK_M x D]    f32, pre-multiplied by sm_scale
 //   stage 1 prefix keys, BLOCK_N at a time, gathered through req_to_token
 //   stage 2 new tokens, BLOCK_N at a time; the causal limit is applied only
 //           to blocks that cross the diagonal
@@ -284,8 +283,8 @@ void run_item(const rvv_attn::ExtendParams& p, const Scratch& w, int64_t b, int6
   const int64_t row0 = start + m0;  // first query's row in q_extend / o_extend
   const int64_t elem = static_cast<int64_t>(sizeof(E));
 
-  // With a cap the score is cap * tanh(q.k * sm_scale / cap); vec::softcap
-  // takes the unscaled-by-cap value, so Q carries sm_scale only.
+  // Scores come out of the tile already scaled; the cap, if any, is applied
+  // per row by vec::softcap (cap * tanh(s / cap)).
   const E* q = static_cast<const E*>(p.q) + row0 * p.q_stride_t + h * p.q_stride_h;
   for (int64_t r = 0; r < rows; ++r) {
     load_row_scaled<Tr>(w.q + r * D, q + r * p.q_stride_t, D, p.sm_scale);

@@ -1,8 +1,9 @@
 // The extend kernel's score-tile shape: the one place BLOCK_M and BLOCK_N
 // are chosen.
 //
-// BLOCK_N (keys per tile) is the lane count of one vec::VF, the float32
-// LMUL=4 register group of csrc/kernels/vec.h: VLEN/8 in an RVV variant. A
+// BLOCK_N (keys per tile) is vec::kBlockN, the KV block size vec.h derives
+// from the VLEN for both attention kernels: the lane count of one vec::VF
+// (a float32 LMUL=4 register group), VLEN/8 in an RVV variant. A
 // score row s_i[0:BLOCK_N] is then a single vector and Q.K for one query
 // row is D vector FMAs (vfmacc.vf) into it. BLOCK_M (query rows per tile) is
 // 1024/BLOCK_N, so the f32 score tile is 4 KB at every VLEN: it stays in L1
@@ -29,7 +30,7 @@
 #include "variant.h"
 
 #ifndef RVV_ATTN_EXTEND_BLOCK_N
-#define RVV_ATTN_EXTEND_BLOCK_N (static_cast<int64_t>(vec::kLanes))
+#define RVV_ATTN_EXTEND_BLOCK_N (static_cast<int64_t>(vec::kBlockN))
 #endif
 
 #ifndef RVV_ATTN_EXTEND_BLOCK_M
