@@ -1,0 +1,385 @@
+"""decode_attention_cpu: KV write + split-KV paged decode attention against a float64 reference."""
+
+from __future__ import annotations
+
+import itertools
+import math
+import os
+import random
+import zlib
+from dataclasses import dataclass, field
+
+import pytest
+import torch
+
+import rvv_attn
+from reference import decode_attention as reference_attention
+from reference import write_kv as reference_write_kv
+
+OP = rvv_attn.ops.decode_attention_cpu
+EMULATED = bool(os.environ.get("RVV_ATTN_EXPECT_VARIANT"))
+
+# The one tolerance table. The reference reads the very values stored in
+# the test's dtype, so input rounding is not part of the error; what is:
+#  * float32 arithmetic: dot products of <= 256 terms, sums over <= 1024
+#    tokens and the online-softmax rescales each add a few ulps relative to
+#    the largest term (~1e-6 for these magnitudes), the vector exp adds
+#    < 8e-8 relative. Hence float32 ~1e-5.
+#  * bfloat16 / float16 outputs are additionally rounded once (RNE) to the
+#    storage type: at most half an ulp, 2^-9 (bf16) and 2^-12 (f16)
+#    relative; rtol is one full ulp (2^-8, 2^-11 * 2) so a float32 result
+#    that lands next to a rounding boundary may round either way. atol
+#    keeps the float32 term for outputs near zero.
+TOLERANCES = {
+    torch.float32: dict(rtol=1e-5, atol=1e-5),
+    torch.bfloat16: dict(rtol=2.0**-8, atol=1e-5),
+    torch.float16: dict(rtol=2.0**-10, atol=1e-5),
+}
+
+
+@dataclass
+class Case:
+    query: torch.Tensor
+    k_buffer: torch.Tensor
+    v_buffer: torch.Tensor
+    output: torch.Tensor
+    key: torch.Tensor
+    value: torch.Tensor
+    loc: torch.Tensor
+    attn_logits: torch.Tensor
+    req_to_token: torch.Tensor
+    req_pool_indices: torch.Tensor
+    seq_lens: torch.Tensor
+    sm_scale: float
+    logit_cap: float
+    extra: dict = field(default_factory=dict)
+
+    def args(self) -> list:
+        return [self.query, self.k_buffer, self.v_buffer, self.output, self.key, self.value, self.loc,
+                self.attn_logits, self.req_to_token, self.req_pool_indices, self.seq_lens, self.sm_scale,
+                self.logit_cap]
+
+    def run(self) -> None:
+        OP(*self.args())
+
+    def reference(self) -> torch.Tensor:
+        """Expected output: the KV write applied to copies, then plain attention."""
+        k, v = self.k_buffer.clone(), self.v_buffer.clone()
+        reference_write_kv(k, v, self.key, self.value, self.loc)
+        return reference_attention(self.query, k, v, self.req_to_token, self.req_pool_indices, self.seq_lens,
+                                   self.sm_scale, self.logit_cap)
+
+
+def make_case(lens, heads, heads_kv, head_dim, head_dim_v, dtype, splits, map_dtype=torch.int64, strided=False,
+              logit_cap=0.0, seed=0, spare_slots=7) -> Case:
+    """A batch whose sequences own scattered cache slots, in scattered pool rows.
+
+    Map entries past each sequence's length hold out-of-range garbage: the
+    operator must neither read nor check them. The new token of sequence b
+    is its last one (slot req_to_token[row, len-1] = loc[b]), as in SGLang.
+    """
+    g = torch.Generator().manual_seed(seed)
+    batch = len(lens)
+    num_slots = sum(lens) + spare_slots
+    max_reqs, max_context = batch + 3, max(lens, default=1) + 5
+
+    def randn(*shape):
+        return torch.randn(*shape, generator=g).to(dtype)
+
+    slot_perm = torch.randperm(num_slots, generator=g)
+    rows = torch.randperm(max_reqs, generator=g)[:batch]
+    req_to_token = torch.full((max_reqs, max_context), num_slots + 1000, dtype=map_dtype)
+    loc = torch.empty(batch, dtype=torch.int64)
+    used = 0
+    for b, length in enumerate(lens):
+        req_to_token[rows[b], :length] = slot_perm[used:used + length].to(map_dtype)
+        loc[b] = slot_perm[used + length - 1]
+        used += length
+
+    if strided:
+        # Views: a query slice of a fused QKV-like tensor with swapped batch /
+        # head strides, caches carved out of wider pools, a padded output and
+        # a padded attn_logits.
+        query = randn(heads, batch, head_dim + 6)[:, :, 3:3 + head_dim].transpose(0, 1)
+        k_buffer = randn(num_slots, heads_kv + 1, head_dim + 3)[:, 1:, 2:2 + head_dim]
+        v_buffer = randn(num_slots * 2, heads_kv, head_dim_v)[::2]
+        key = randn(batch, heads_kv, head_dim + head_dim_v)[:, :, :head_dim]
+        value = randn(batch, heads_kv, head_dim_v + 1)[:, :, 1:]
+        output = torch.full((batch, heads, head_dim_v + 4), float("nan"), dtype=dtype)[:, :, :head_dim_v]
+        attn_logits = torch.full((batch, heads, splits + 1, head_dim_v + 3), float("nan"))[:, :, 1:, :head_dim_v + 1]
+    else:
+        query = randn(batch, heads, head_dim)
+        k_buffer = randn(num_slots, heads_kv, head_dim)
+        v_buffer = randn(num_slots, heads_kv, head_dim_v)
+        key = randn(batch, heads_kv, head_dim)
+        value = randn(batch, heads_kv, head_dim_v)
+        # NaN: anything the operator fails to write shows up.
+        output = torch.full((batch, heads, head_dim_v), float("nan"), dtype=dtype)
+        attn_logits = torch.full((batch, heads, splits, head_dim_v + 1), float("nan"))
+    return Case(query, k_buffer, v_buffer, output, key, value, loc, attn_logits, req_to_token,
+                rows.to(torch.int64), torch.tensor(lens, dtype=torch.int64),
+                # 2/sqrt(D): scores ~N(0, 4), a peaked softmax that the cap of 2 visibly changes.
+                sm_scale=2.0 / math.sqrt(head_dim), logit_cap=logit_cap)
+
+
+def assert_matches_reference(case: Case) -> None:
+    expected = case.reference()
+    assert not torch.isnan(case.output).any(), "output has NaN: some row was not written"
+    torch.testing.assert_close(case.output.double(), expected, **TOLERANCES[case.output.dtype])
+
+
+# ---------------------------------------------------------------------------
+# The shape/dtype/layout matrix, as all-pairs combinations: every pair of
+# values of any two factors occurs in some case (the full product would take
+# hours under QEMU and prove little more).
+HEADS = [(1, 1), (8, 8), (17, 17), (32, 8), (18, 3), (21, 7), (16, 1)]
+DIMS = [(64, 64), (128, 128), (128, 64), (33, 55), (80, 80), (127, 127), (256, 256)]
+LENS = {
+    "len1": lambda batch: [1] * batch,
+    "len63": lambda batch: [63] * batch,
+    "len65": lambda batch: [65] * batch,
+    "len129": lambda batch: [129] * batch,
+    "len1024": lambda batch: [1024] + [1, 63, 65][: batch - 1],
+    "mixed": lambda batch: [1, 129, 63, 2, 65, 64, 31, 128][:batch],
+}
+FACTORS = {
+    "heads": HEADS,
+    "dims": DIMS,
+    "dtype": [torch.float32, torch.bfloat16, torch.float16],
+    "lens": list(LENS),
+    "batch": [1, 2, 3, 5, 8],
+    "splits": [1, 2, 3, 5, 8],
+    "map_dtype": [torch.int32, torch.int64],
+    "strided": [False, True],
+    "logit_cap": [0.0, 2.0],
+}
+
+
+def all_pairs(factors: dict, seed: int = 1, tries: int = 30) -> list[dict]:
+    """Greedy all-pairs covering array (deterministic)."""
+    rng = random.Random(seed)
+    names = list(factors)
+    sizes = [len(factors[n]) for n in names]
+    uncovered = {(i, a, j, b) for i, j in itertools.combinations(range(len(names)), 2)
+                 for a in range(sizes[i]) for b in range(sizes[j])}
+    rows = []
+    while uncovered:
+        i, a, j, b = min(uncovered)
+        best, best_gain = None, -1
+        for _ in range(tries):
+            row = [rng.randrange(s) for s in sizes]
+            row[i], row[j] = a, b
+            gain = sum((x, row[x], y, row[y]) in uncovered for x, y in itertools.combinations(range(len(names)), 2))
+            if gain > best_gain:
+                best, best_gain = row, gain
+        uncovered -= {(x, best[x], y, best[y]) for x, y in itertools.combinations(range(len(names)), 2)}
+        rows.append({n: factors[n][k] for n, k in zip(names, best)})
+    return rows
+
+
+MATRIX = all_pairs(FACTORS)
+
+
+def _case_id(c: dict) -> str:
+    return (f"H{c['heads'][0]}_{c['heads'][1]}-D{c['dims'][0]}_{c['dims'][1]}-{str(c['dtype']).split('.')[-1]}-"
+            f"{c['lens']}x{c['batch']}-s{c['splits']}-{str(c['map_dtype']).split('.')[-1]}-"
+            f"{'strided' if c['strided'] else 'dense'}-cap{c['logit_cap']:g}")
+
+
+@pytest.mark.parametrize("combo", MATRIX, ids=[_case_id(c) for c in MATRIX])
+def test_matches_reference(kernel_variant, combo):
+    (heads, heads_kv), (head_dim, head_dim_v) = combo["heads"], combo["dims"]
+    case = make_case(LENS[combo["lens"]](combo["batch"]), heads, heads_kv, head_dim, head_dim_v, combo["dtype"],
+                     combo["splits"], combo["map_dtype"], combo["strided"], combo["logit_cap"],
+                     seed=zlib.crc32(_case_id(combo).encode()) % 1000)
+    case.run()
+    assert_matches_reference(case)
+
+
+# Every head layout with every head size, float32, on the host only (fast there).
+@pytest.mark.skipif(EMULATED, reason="full head x dim product runs on the host; the emulated run uses all-pairs")
+@pytest.mark.parametrize("heads", HEADS, ids=lambda h: f"H{h[0]}_{h[1]}")
+@pytest.mark.parametrize("dims", DIMS, ids=lambda d: f"D{d[0]}_{d[1]}")
+def test_every_head_layout_with_every_head_size(kernel_variant, heads, dims):
+    case = make_case([1, 65, 130], heads[0], heads[1], dims[0], dims[1], torch.float32, splits=3)
+    case.run()
+    assert_matches_reference(case)
+
+
+@pytest.mark.parametrize("splits", [1, 2, 3, 4, 5, 6, 7, 8])
+def test_every_split_count_gives_the_same_answer(kernel_variant, splits):
+    # Lengths below, at and above the split count: trailing splits are empty.
+    case = make_case([1, 2, 5, 8, 9, 40], 4, 2, 32, 24, torch.float32, splits)
+    case.run()
+    assert_matches_reference(case)
+    assert not torch.isnan(case.attn_logits).any(), "an empty split produced NaN"
+    for b, length in enumerate(case.seq_lens.tolist()):
+        per = -(-length // splits)
+        for s in range(splits):
+            lse = case.attn_logits[b, :, s, -1]
+            if s * per >= length:
+                assert torch.all(lse == float("-inf")), "an empty split must report log(0)"
+            else:
+                assert torch.isfinite(lse).all()
+
+
+def test_logit_cap_is_applied(kernel_variant):
+    capped = make_case([70, 3], 6, 2, 40, 40, torch.float32, 2, logit_cap=2.0, seed=5)
+    plain = make_case([70, 3], 6, 2, 40, 40, torch.float32, 2, logit_cap=0.0, seed=5)
+    capped.run()
+    plain.run()
+    assert_matches_reference(capped)
+    assert_matches_reference(plain)
+    assert (capped.output - plain.output).abs().max() > 0.05, "the cap did not change the result"
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_new_token_is_written_and_used(kernel_variant, dtype):
+    case = make_case([5, 33], 4, 2, 16, 8, dtype, 2, seed=3)
+    # Make the new token dominate sequence 0: its key is the query direction.
+    case.key[0] = (case.query[0, :2] * 4).to(dtype)
+    before_k, before_v = case.k_buffer.clone(), case.v_buffer.clone()
+    stale = reference_attention(case.query, before_k, before_v, case.req_to_token, case.req_pool_indices,
+                                case.seq_lens, case.sm_scale, 0.0)
+    case.run()
+    for b, slot in enumerate(case.loc.tolist()):
+        assert torch.equal(case.k_buffer[slot], case.key[b])
+        assert torch.equal(case.v_buffer[slot], case.value[b])
+    assert_matches_reference(case)
+    # Attending over the stale rows at loc would give a clearly different answer.
+    assert (case.output.double() - stale).abs().max() > 0.1
+
+
+SPECIALS = {
+    torch.float16: [0.0, -0.0, 6e-8, -3e-5, 6.1e-5, 65504.0, -65504.0, float("inf"), float("-inf"), float("nan"),
+                    1.0009765625, 3.14159],
+    torch.bfloat16: [0.0, -0.0, 1e-40, 1e-38, -3.0e38, 3.3e38, float("inf"), float("-inf"), float("nan"), 1.0078125,
+                     -2.5e-3, 7.0],
+    torch.float32: [0.0, -0.0, 1e-45, 1.2e-38, 3.4e38, float("inf"), float("-inf"), float("nan"), 1.0000001,
+                    -7.25, 1e-30, 123456.7],
+}
+
+
+@pytest.mark.parametrize("dtype", list(SPECIALS), ids=str)
+def test_single_token_returns_its_value_bit_for_bit(kernel_variant, dtype):
+    # One token: softmax weight exactly 1, so the output is the new V row
+    # widened and narrowed again; subnormals, infinities and NaN included.
+    row = torch.tensor(SPECIALS[dtype], dtype=torch.float32).to(dtype)
+    case = make_case([1, 1], 2, 1, 8, row.numel(), dtype, splits=4, seed=2)
+    case.value[:] = row
+    case.run()
+    expected = row.expand(2, 2, -1)
+    torch.testing.assert_close(case.output, expected, rtol=0, atol=0, equal_nan=True)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+def test_output_rounds_to_nearest_even(kernel_variant, dtype):
+    # Two tokens with zero keys weigh 1/2 each: the float32 output
+    # (v1 + v2) / 2 is exact and often a tie in the narrow type, so the
+    # narrowing must match torch's round-to-nearest-even bit for bit.
+    g = torch.Generator().manual_seed(11)
+    width = 64
+    magnitude = torch.pow(2.0, torch.randint(-26 if dtype == torch.float16 else -130, 12, (4, width), generator=g))
+    v = (torch.randn(4, width, generator=g) * magnitude).to(dtype)
+    case = make_case([2, 2], 1, 1, 4, width, dtype, splits=1, seed=4)
+    case.key.zero_()
+    for b in range(2):
+        row = int(case.req_pool_indices[b])
+        first = int(case.req_to_token[row, 0])
+        case.k_buffer[first] = 0
+        case.v_buffer[first, 0] = v[2 * b]
+        case.value[b, 0] = v[2 * b + 1]
+    case.run()
+    expected = ((v[0::2].float() + v[1::2].float()) / 2).to(dtype)
+    assert torch.equal(case.output[:, 0].view(torch.int16), expected.view(torch.int16))
+
+
+def test_empty_batch_is_a_no_op(kernel_variant):
+    case = make_case([], 4, 2, 16, 16, torch.float32, 2)
+    case.run()
+    assert case.output.numel() == 0
+
+
+# ---------------------------------------------------------------------------
+# Bad input: a clear RuntimeError and nothing written.
+def _with(case: Case, **change) -> Case:
+    for k, v in change.items():
+        setattr(case, k, v)
+    return case
+
+
+def _map_entry(case: Case, value: int) -> Case:
+    row = int(case.req_pool_indices[1])
+    case.req_to_token[row, 2] = value
+    return case
+
+
+BAD_INPUTS = {
+    # indices
+    "loc past the cache": (lambda c: _with(c, loc=torch.tensor([1, 10**6])), r"loc\[1\] = 1000000 is outside"),
+    "negative loc": (lambda c: _with(c, loc=torch.tensor([-2, 3])), r"loc\[0\] = -2 is outside"),
+    "repeated loc": (lambda c: _with(c, loc=torch.tensor([4, 4])), r"loc names slot 4 more than once"),
+    "map entry past the cache": (lambda c: _map_entry(c, 999), r"req_to_token\[\d+, 2\] = 999 is outside the KV cache"),
+    "negative map entry": (lambda c: _map_entry(c, -1), r"req_to_token\[\d+, 2\] = -1 is outside the KV cache"),
+    "pool row past the end": (lambda c: _with(c, req_pool_indices=torch.tensor([int(c.req_pool_indices[0]), 5])),
+                              r"req_pool_indices\[1\] = 5 is outside req_to_token's rows \[0, 5\)"),
+    "negative pool row": (lambda c: _with(c, req_pool_indices=torch.tensor([-1, 0])),
+                          r"req_pool_indices\[0\] = -1 is outside"),
+    "length past max_context_len": (lambda c: _with(c, seq_lens=torch.tensor([3, 100])),
+                                    r"seq_lens\[1\] = 100 exceeds req_to_token.size\(1\) = 12"),
+    "negative length": (lambda c: _with(c, seq_lens=torch.tensor([-1, 7])), r"seq_lens\[0\] = -1 is negative"),
+    "zero length with a new token": (lambda c: _with(c, seq_lens=torch.tensor([3, 0])),
+                                     r"seq_lens\[1\] = 0 but every sequence includes the token written at loc"),
+    # dtypes
+    "float64 query": (lambda c: _with(c, query=c.query.double()), r"query has dtype Double"),
+    "float64 cache": (lambda c: _with(c, k_buffer=c.k_buffer.double(), v_buffer=c.v_buffer.double(),
+                                      key=c.key.double(), value=c.value.double()), r"k_buffer has dtype Double"),
+    "query dtype differs": (lambda c: _with(c, query=c.query.half()), r"k_buffer has dtype Float but query has Half"),
+    "output dtype differs": (lambda c: _with(c, output=c.output.bfloat16()),
+                             r"output has dtype BFloat16 but query has Float"),
+    "float map": (lambda c: _with(c, req_to_token=c.req_to_token.float()), r"req_to_token must have dtype Int or Long"),
+    "int32 pool indices": (lambda c: _with(c, req_pool_indices=c.req_pool_indices.int()),
+                           r"req_pool_indices must have dtype Long, got Int"),
+    "int32 seq_lens": (lambda c: _with(c, seq_lens=c.seq_lens.int()), r"seq_lens must have dtype Long, got Int"),
+    "int32 loc": (lambda c: _with(c, loc=c.loc.int()), r"loc must have dtype Long"),
+    "bf16 attn_logits": (lambda c: _with(c, attn_logits=c.attn_logits.bfloat16()),
+                         r"attn_logits must have dtype float32, got BFloat16"),
+    # shapes
+    "2-D query": (lambda c: _with(c, query=c.query[0]), r"query must be 3-D"),
+    "3-D attn_logits": (lambda c: _with(c, attn_logits=c.attn_logits[:, :, 0]), r"attn_logits must be 4-D"),
+    "H not a multiple of H_kv": (lambda c: _with(c, query=c.query[:, :3], output=c.output[:, :3],
+                                                 attn_logits=c.attn_logits[:, :3]),
+                                 r"H = 3 heads, not a multiple of H_kv = 2"),
+    "output head count differs": (lambda c: _with(c, output=c.output[:, :2]),
+                                  r"output.size\(1\) = 2 but query.size\(1\) \(H\) is 4"),
+    "key head count differs": (lambda c: _with(c, key=c.key[:, :1]), r"key.size\(1\) = 1 but k_buffer.size\(1\)"),
+    "query head size differs": (lambda c: _with(c, query=c.query[:, :, :8]),
+                                r"query.size\(2\) = 8 but k_buffer.size\(2\) \(D\) is 16"),
+    "attn_logits last dim is Dv": (lambda c: _with(c, attn_logits=c.attn_logits[..., :-1]),
+                                   r"attn_logits.size\(3\) = 7 but Dv \+ 1"),
+    "attn_logits batch differs": (lambda c: _with(c, attn_logits=c.attn_logits[:1]),
+                                  r"attn_logits.size\(0\) = 1 but query.size\(0\)"),
+    "zero splits": (lambda c: _with(c, attn_logits=c.attn_logits[:, :, :0]), r"number of KV splits and must be >= 1"),
+    "query batch differs": (lambda c: _with(c, query=c.query[:1], output=c.output[:1], attn_logits=c.attn_logits[:1]),
+                            r"key.size\(0\) = 2 but query.size\(0\)"),
+    "strided query last dim": (lambda c: _with(c, query=torch.cat([c.query, c.query], 2)[:, :, ::2]),
+                               r"query must be contiguous in its last dimension"),
+    # scalars
+    "nan sm_scale": (lambda c: _with(c, sm_scale=float("nan")), r"sm_scale must be finite, got nan"),
+    "inf sm_scale": (lambda c: _with(c, sm_scale=float("inf")), r"sm_scale must be finite, got inf"),
+    "negative logit_cap": (lambda c: _with(c, logit_cap=-1.0), r"logit_cap must be finite and >= 0.*got -1"),
+    "inf logit_cap": (lambda c: _with(c, logit_cap=float("inf")), r"logit_cap must be finite and >= 0.*got inf"),
+}
+
+
+@pytest.mark.parametrize("name", list(BAD_INPUTS))
+def test_bad_input_raises_a_clear_error_and_writes_nothing(kernel_variant, name):
+    mutate, message = BAD_INPUTS[name]
+    case = mutate(make_case([3, 7], 4, 2, 16, 7, torch.float32, 2, spare_slots=5))
+    watched = {"k_buffer": case.k_buffer, "v_buffer": case.v_buffer, "output": case.output,
+               "attn_logits": case.attn_logits}
+    before = {k: t.clone() for k, t in watched.items()}
+    with pytest.raises(RuntimeError, match=r"rvv_attn.decode_attention_cpu: .*" + message):
+        case.run()
+    for k, t in watched.items():
+        torch.testing.assert_close(t, before[k], rtol=0, atol=0, equal_nan=True, msg=f"{k} was written")
