@@ -22,9 +22,22 @@ SENTINEL = 123.0  # exact in every dtype: rows the op must not touch keep it
 
 
 def blocking(head_dim: int = 64, head_dim_v: int = 64) -> tuple[int, int, int]:
-    """(BLOCK_M, BLOCK_N, arena bytes per worker) of the active variant."""
+    """(BLOCK_M, BLOCK_N, arena bytes per worker) as the active variant reports them."""
     bm, bn, arena = rvv_attn.ops.extend_attention_blocking(head_dim, head_dim_v)
     return int(bm), int(bn), int(arena)
+
+
+def expected_blocking(variant: str) -> tuple[int, int]:
+    """(BLOCK_M, BLOCK_N) the design gives ``variant`` (csrc/kernels/extend_tiling.h).
+
+    An RVV variant runs only at the CPU's VLEN (read from vlenb): BLOCK_N is
+    VLEN/8 keys (one float32 LMUL=4 vector), BLOCK_M = 1024/BLOCK_N rows (a
+    4 KB score tile). The portable build uses vlen128's shape.
+    """
+    vlen = 128 if variant == "portable" else int(rvv_attn.runtime_info()["cpu_vlen"])
+    assert variant in ("portable", f"vlen{vlen}")
+    block_n = vlen // 8
+    return 1024 // block_n, block_n
 
 
 @dataclass
@@ -143,14 +156,7 @@ def test_matches_reference(kernel_variant, name):
 
 def test_blocking_is_derived_from_the_variant_vlen(kernel_variant):
     bm, bn, arena = blocking(128, 128)
-    vlen = rvv_attn.runtime_info()["cpu_vlen"]
-    if kernel_variant == "portable":
-        # The default documented in csrc/kernels/extend_tiling.h: vlen128's shape.
-        assert (bm, bn) == (64, 16)
-    else:
-        assert kernel_variant == f"vlen{vlen}"
-        assert bn == vlen // 8 and bm == 1024 // bn
-    assert bm * bn == 1024, "the f32 score tile is 4 KB at every VLEN"
+    assert (bm, bn) == expected_blocking(kernel_variant)
     # The arena holds Q, K^T, the score tile, V, v' (all f32) and per-row m
     # and l; each of the 7 buffers is padded to a 64-byte line.
     floats = bm * 128 + 128 * bn + bm * bn + bn * 128 + bm * 128 + 2 * bm
@@ -160,7 +166,8 @@ def test_blocking_is_derived_from_the_variant_vlen(kernel_variant):
 @pytest.mark.parametrize("dtype,map_dtype", [(torch.float32, torch.int64), (torch.float16, torch.int32),
                                              (torch.bfloat16, torch.int64)], ids=str)
 def test_extend_lengths_crossing_this_variants_block_boundaries(kernel_variant, dtype, map_dtype):
-    bm, bn, _ = blocking(24, 40)
+    bm, bn = expected_blocking(kernel_variant)
+    assert blocking(24, 40)[:2] == (bm, bn)
     # Extend lengths just below, at and above BLOCK_N and BLOCK_M, and past two
     # query blocks plus a partial key block; prefixes likewise around BLOCK_N.
     extend = [bn - 1, bn, bn + 1, bm - 1, bm, bm + 1, 2 * bm + bn + 1]

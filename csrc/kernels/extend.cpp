@@ -194,7 +194,7 @@ void rescale_accumulate(float* acc, float alpha, const float* p, int64_t n, cons
   for (int64_t c = 0; c < head_dim_v;) {
     const size_t vl = vec::setvl(static_cast<size_t>(head_dim_v - c));
     vec::VF a = vec::mul(vec::load(acc + c, vl), alpha, vl);
-    for (int64_t j = 0; j < n; ++j) a = vec::fmacc(a, p[j], vec::load(v + j * head_dim_v + c, vl), vl);
+    for (int64_t j = 0; j < n; ++j) a = vec::fmacc_ta(a, p[j], vec::load(v + j * head_dim_v + c, vl), vl);
     vec::store(acc + c, a, vl);
     c += static_cast<int64_t>(vl);
   }
