@@ -345,6 +345,10 @@ BAD_INPUTS = {
     "wrong rank": (lambda a: {"q_extend": a["q_extend"][0]}, r"q_extend must be 3-D"),
     "head dim over 256": (lambda a: {k: torch.zeros(a[k].shape[:2] + (257,)) for k in ("q_extend", "k_extend", "k_buffer")},
                           r"head dim D = 257 \(q_extend.size\(2\)\) is outside \[1, 256\]"),
+    "output aliases the query": (lambda a: {"o_extend": a["q_extend"][:, :, :8]},
+                                 r"o_extend shares memory with q_extend"),
+    "output rows overlap": (lambda a: {"o_extend": a["o_extend"][:1].expand(12, 4, 8)},
+                            r"o_extend has overlapping elements"),
     "strided last dim": (lambda a: {"k_buffer": torch.cat([a["k_buffer"]] * 2, dim=2)[:, :, ::2]},
                          r"k_buffer must be contiguous in its last dimension"),
 }

@@ -3,6 +3,7 @@
 // query-block work list and the per-worker scratch arena, and calls the
 // selected variant's kernel (csrc/kernels/extend.cpp). All checks run before
 // the kernel starts, so on error o_extend is untouched.
+#include <ATen/MemoryOverlap.h>
 #include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
@@ -76,6 +77,18 @@ DType check_layout(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v
   for (auto [name, t] : {std::pair<const char*, const at::Tensor*>{"q_extend", &q}, {"k_extend", &k},
                          {"v_extend", &v}, {"o_extend", &o}, {"k_buffer", &k_buffer}, {"v_buffer", &v_buffer}}) {
     dense_last_dim(kOp, name, *t);
+  }
+  // Workers write o_extend rows while others still read their inputs, so
+  // o_extend may share memory with none of them, nor repeat an element.
+  TORCH_CHECK(at::has_internal_overlap(o) != at::MemOverlap::Yes, kOp,
+              ": o_extend has overlapping elements (strides ", c10::str(o.strides()), "); it must be writable row by row");
+  for (auto [name, t] : {std::pair<const char*, const at::Tensor*>{"q_extend", &q}, {"k_extend", &k},
+                         {"v_extend", &v}, {"k_buffer", &k_buffer}, {"v_buffer", &v_buffer}}) {
+    // TooHard (a non-dense view) is decided conservatively by the storage.
+    const at::MemOverlapStatus status = at::get_overlap_status(o, *t);
+    const bool shared = status == at::MemOverlapStatus::Full || status == at::MemOverlapStatus::Partial ||
+                        (status == at::MemOverlapStatus::TooHard && o.storage().is_alias_of(t->storage()));
+    TORCH_CHECK(!shared, kOp, ": o_extend shares memory with ", name, "; the output must be a separate tensor");
   }
   return dtype;
 }
