@@ -68,6 +68,52 @@ struct DecodeParams {
   float logit_cap;  // 0: no soft cap
 };
 
+// ---- extend attention (prefill / chunked prefill) --------------------------
+// Everything here has been validated by csrc/ops/extend_attention.cpp: every
+// length, start row, pool row and cache slot is in range, extend ranges do not
+// overlap, and the arena holds ``workers`` slices of extend_arena_bytes().
+struct ExtendParams {
+  DType dtype;
+  int64_t batch, heads, heads_kv, head_dim, head_dim_v;
+  float sm_scale;   // finite
+  float logit_cap;  // >= 0; 0 disables the soft cap
+  // [T, H, D] / [T, H_kv, D] / [T, H_kv, Dv] / [T, H, Dv]; element strides.
+  const void* q;
+  int64_t q_stride_t, q_stride_h;
+  const void* k;
+  int64_t k_stride_t, k_stride_h;
+  const void* v;
+  int64_t v_stride_t, v_stride_h;
+  void* o;
+  int64_t o_stride_t, o_stride_h;
+  // [max_total_tokens, H_kv, D/Dv] cache, read only.
+  const void* k_buffer;
+  int64_t k_buffer_stride_t, k_buffer_stride_h;
+  const void* v_buffer;
+  int64_t v_buffer_stride_t, v_buffer_stride_h;
+  // req_to_token is int32 or int64, [pool rows, context], row stride in elements.
+  const void* req_to_token;
+  bool req_to_token_is_int64;
+  int64_t req_to_token_stride;
+  const int64_t* req_pool_indices;  // [B]
+  const int64_t* prefix_lens;       // [B] seq_lens[b] - extend_seq_lens[b]
+  const int64_t* extend_lens;       // [B]
+  const int64_t* extend_start;      // [B]
+  // Query-block work list: sequence b owns query blocks
+  // [qblock_offsets[b], qblock_offsets[b+1]); with BLOCK_M from extend_blocking().
+  const int64_t* qblock_offsets;  // [B + 1]
+  // Scratch: ``workers`` slices of extend_arena_bytes(head_dim, head_dim_v)
+  // bytes each, 64-byte aligned; worker w owns slice w for the whole call.
+  void* arena;
+  int64_t workers;
+};
+
+// The score-tile shape of a variant (see csrc/kernels/extend_tiling.h).
+struct ExtendBlocking {
+  int64_t block_m;  // query rows per tile
+  int64_t block_n;  // keys per tile
+};
+
 // One compiled variant: the portable build or an RVV build for one VLEN.
 struct KernelTable {
   const char* name;  // "portable", "vlen256", ...
@@ -76,6 +122,10 @@ struct KernelTable {
   // Returns false if a worker could not allocate its scratch memory (the
   // outputs are then incomplete); true otherwise.
   bool (*decode_attention)(const DecodeParams&, const ThreadPool&);
+  // extend attention: tile shape, per-worker scratch size, the kernel.
+  ExtendBlocking (*extend_blocking)();
+  int64_t (*extend_arena_bytes)(int64_t head_dim, int64_t head_dim_v);
+  void (*extend_attention)(const ExtendParams&, const ThreadPool&);
 };
 
 }  // namespace rvv_attn

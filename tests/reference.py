@@ -38,3 +38,41 @@ def decode_attention(query: torch.Tensor, k_buffer: torch.Tensor, v_buffer: torc
             scores = logit_cap * torch.tanh(scores / logit_cap)
         out[b] = torch.einsum("hl,lhd->hd", torch.softmax(scores, dim=-1), v)
     return out
+
+
+def extend_attention(q_extend: torch.Tensor, k_extend: torch.Tensor, v_extend: torch.Tensor,
+                     k_buffer: torch.Tensor, v_buffer: torch.Tensor, req_to_token: torch.Tensor,
+                     req_pool_indices: torch.Tensor, seq_lens: torch.Tensor, extend_seq_lens: torch.Tensor,
+                     extend_start_loc: torch.Tensor, sm_scale: float, logit_cap: float) -> torch.Tensor:
+    """What extend_attention_cpu must compute, in float64, one sequence at a time.
+
+    Returns a float64 tensor shaped like the output, [T, H, Dv]; rows that no
+    sequence covers are NaN (the operator must leave them alone, which the
+    tests check separately). Sequence b attends to its cached prefix (slots
+    req_to_token[req_pool_indices[b], :prefix]) followed by its own new
+    tokens, causally: new token i sees the prefix and new tokens 0..i.
+    """
+    tokens, heads, _ = q_extend.shape
+    heads_kv, head_dim_v = v_extend.shape[1], v_extend.shape[2]
+    group = heads // heads_kv
+    out = torch.full((tokens, heads, head_dim_v), float("nan"), dtype=torch.float64)
+    for b in range(seq_lens.shape[0]):
+        ext = int(extend_seq_lens[b])
+        prefix = int(seq_lens[b]) - ext
+        start = int(extend_start_loc[b])
+        if ext == 0:
+            continue
+        slots = req_to_token[int(req_pool_indices[b]), :prefix].long()
+        rows = slice(start, start + ext)
+        # [keys, H_kv, D] -> [H, keys, D]: each query head reads its group's KV head.
+        keys = torch.cat([k_buffer[slots], k_extend[rows]]).double().repeat_interleave(group, dim=1).transpose(0, 1)
+        values = torch.cat([v_buffer[slots], v_extend[rows]]).double().repeat_interleave(group, dim=1).transpose(0, 1)
+        queries = q_extend[rows].double().transpose(0, 1)  # [H, ext, D]
+        scores = queries @ keys.transpose(1, 2) * sm_scale  # [H, ext, prefix + ext]
+        if logit_cap > 0:
+            scores = logit_cap * torch.tanh(scores / logit_cap)
+        # Query i (0-based among the new tokens) may see keys 0 .. prefix + i.
+        visible = torch.arange(prefix + ext)[None, :] <= (prefix + torch.arange(ext))[:, None]
+        scores = scores.masked_fill(~visible, float("-inf"))
+        out[rows] = (torch.softmax(scores, dim=-1) @ values).transpose(0, 1)
+    return out

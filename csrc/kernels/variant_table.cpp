@@ -10,6 +10,9 @@ namespace RVV_ATTN_NS {
 
 void write_kv(const rvv_attn::KvWriteParams&, const rvv_attn::ThreadPool&);
 bool decode_attention(const rvv_attn::DecodeParams&, const rvv_attn::ThreadPool&);
+rvv_attn::ExtendBlocking extend_blocking();
+int64_t extend_arena_bytes(int64_t head_dim, int64_t head_dim_v);
+void extend_attention(const rvv_attn::ExtendParams&, const rvv_attn::ThreadPool&);
 
 const rvv_attn::KernelTable& kernel_table() {
   static const rvv_attn::KernelTable table{
@@ -17,6 +20,9 @@ const rvv_attn::KernelTable& kernel_table() {
       RVV_ATTN_VLEN,
       &write_kv,
       &decode_attention,
+      &extend_blocking,
+      &extend_arena_bytes,
+      &extend_attention,
   };
   return table;
 }

@@ -411,5 +411,32 @@ template <>
 struct Traits<DType::Float16> : PortableTraits<uint16_t, f16_to_f32, f32_to_f16> {};
 #endif
 
+// ===========================================================================
+// Added for the extend kernel (csrc/kernels/extend.cpp).
+//
+// fmacc_ta: acc += a * x over vl lanes, tail-agnostic. For accumulators
+// whose vl never changes (a P.V row chunk), where fmacc's tail-undisturbed
+// policy buys nothing and costs a vsetvli switch next to every load.
+// strided_offsets: byte offsets base_bytes + i * step_bytes for i < vl, the
+// rows of a contiguous run of tokens (the new tokens' K rows), for
+// Traits::gather.
+#if RVV_ATTN_HAS_RVV
+inline VF fmacc_ta(VF acc, float a, VF x, size_t vl) { return __riscv_vfmacc_vf_f32m4(acc, a, x, vl); }
+
+inline VIdx strided_offsets(int64_t step_bytes, int64_t base_bytes, size_t vl) {
+  const vint64m8_t i = __riscv_vreinterpret_v_u64m8_i64m8(__riscv_vid_v_u64m8(vl));
+  return __riscv_vreinterpret_v_i64m8_u64m8(
+      __riscv_vmadd_vx_i64m8(i, step_bytes, __riscv_vmv_v_x_i64m8(base_bytes, vl), vl));
+}
+#else
+inline VF fmacc_ta(VF acc, float a, const VF& x, size_t vl) { return fmacc(acc, a, x, vl); }
+
+inline VIdx strided_offsets(int64_t step_bytes, int64_t base_bytes, size_t vl) {
+  VIdx r{};
+  for (size_t i = 0; i < vl; ++i) r.v[i] = base_bytes + static_cast<int64_t>(i) * step_bytes;
+  return r;
+}
+#endif
+
 }  // namespace vec
 }  // namespace RVV_ATTN_NS

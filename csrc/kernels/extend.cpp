@@ -1,0 +1,377 @@
+// extend_attention_cpu kernel: causal attention of each sequence's new
+// tokens over its cached prefix plus the new tokens themselves.
+//
+// Work item: (sequence, query head, query block of BLOCK_M rows). Items are
+// handed out through one atomic counter, heaviest (last) query blocks first,
+// so the causal imbalance between blocks evens out across workers. Each
+// worker owns one arena slice (see ArenaLayout) for the whole call.
+//
+// Per item, flash-attention style with an online softmax:
+//   Q tile  q[BLOCK_M x D]    f32, pre-multiplied by sm_scale
+//   stage 1 prefix keys, BLOCK_N at a time, gathered through req_to_token
+//   stage 2 new tokens, BLOCK_N at a time; the causal limit is applied only
+//           to blocks that cross the diagonal
+//   per block: K^T tile kt[D x BLOCK_N] (gathered, widened, transposed),
+//           score tile s[BLOCK_M x BLOCK_N] = q . kt (D vector FMAs per
+//           row), per row: cap, block max, alpha = exp(m_old - m_new),
+//           p = exp(s - m_new), l = l*alpha + sum(p); then the V block
+//           v[BLOCK_N x Dv] and acc[r] = acc[r]*alpha + sum_j p[j] v[j].
+//   finish  o = acc / l, narrowed with round-to-nearest-even.
+//
+// A row's causal limit is a prefix of the block's keys (keys k0..q_index),
+// so masking is a shorter vector length for that row: no mask vector, no
+// -inf arithmetic, and a row that sees nothing of a block skips it.
+#include <cstdint>
+#include <limits>
+
+#include "kernel_api.h"
+#include "kernels/extend_tiling.h"
+#include "kernels/vec.h"
+#include "variant.h"
+
+namespace RVV_ATTN_NS {
+namespace {
+
+constexpr int64_t BM = ExtendTiling::block_m;
+constexpr int64_t BN = ExtendTiling::block_n;
+
+// ---- scratch arena ---------------------------------------------------------
+
+// Byte offsets of every buffer in one worker's arena slice. arena_layout()
+// is the only place sizes are computed: extend_arena_bytes() reports its
+// total to the binding, which allocates workers * total once per call.
+struct ArenaLayout {
+  int64_t q;      // [BLOCK_M x D]      Q tile, f32, pre-scaled
+  int64_t kt;     // [D x BLOCK_N]      K block transposed: kt[d*BN + j] = K[j][d]
+  int64_t s;      // [BLOCK_M x BLOCK_N] scores, then probabilities
+  int64_t v;      // [BLOCK_N x Dv]     V block, f32
+  int64_t acc;    // [BLOCK_M x Dv]     unnormalised output v'
+  int64_t m;      // [BLOCK_M]          running max per row
+  int64_t l;      // [BLOCK_M]          running sum per row
+  int64_t total;
+};
+
+constexpr int64_t kAlign = 64;  // cache line; also the binding's allocation alignment
+
+constexpr ArenaLayout arena_layout(int64_t head_dim, int64_t head_dim_v) {
+  ArenaLayout a{};
+  int64_t off = 0;
+  auto take = [&off](int64_t bytes) {
+    const int64_t at = off;
+    off += (bytes + kAlign - 1) / kAlign * kAlign;
+    return at;
+  };
+  a.q = take(BM * head_dim * 4);
+  a.kt = take(head_dim * BN * 4);
+  a.s = take(BM * BN * 4);
+  a.v = take(BN * head_dim_v * 4);
+  a.acc = take(BM * head_dim_v * 4);
+  a.m = take(BM * 4);
+  a.l = take(BM * 4);
+  a.total = off;
+  return a;
+}
+
+struct Scratch {
+  float* q;
+  float* kt;
+  float* s;
+  float* v;
+  float* acc;
+  float* m;
+  float* l;
+};
+
+Scratch carve(void* base, const ArenaLayout& a) {
+  char* p = static_cast<char*>(base);
+  return Scratch{reinterpret_cast<float*>(p + a.q),   reinterpret_cast<float*>(p + a.kt),
+                 reinterpret_cast<float*>(p + a.s),   reinterpret_cast<float*>(p + a.v),
+                 reinterpret_cast<float*>(p + a.acc), reinterpret_cast<float*>(p + a.m),
+                 reinterpret_cast<float*>(p + a.l)};
+}
+
+// ---- where a block's keys come from ------------------------------------------
+
+// Both sources hand out byte offsets of key rows (for the indexed loads that
+// build K^T) and row pointers (for the V block).
+
+// Prefix keys: key i of the sequence lives in cache slot map[i]
+// (map = req_to_token's row for the sequence; int32 or int64).
+template <typename E>
+struct PrefixRows {
+  const E* k;  // k_buffer at the KV head
+  int64_t k_row_bytes;
+  const E* v;  // v_buffer at the KV head
+  int64_t v_st;
+  const void* map;
+  bool map_int64;
+  vec::VIdx k_offsets(int64_t i0, size_t n) const {
+    const void* m = static_cast<const char*>(map) + i0 * (map_int64 ? 8 : 4);
+    return vec::row_offsets(m, map_int64, k_row_bytes, 0, n);
+  }
+  const E* v_row(int64_t i) const {
+    const int64_t slot = map_int64 ? static_cast<const int64_t*>(map)[i] : static_cast<const int32_t*>(map)[i];
+    return v + slot * v_st;
+  }
+};
+
+// New tokens: key i is row i of the sequence's extend range.
+template <typename E>
+struct ExtendRows {
+  const E* k;  // k_extend at the sequence's first row and the KV head
+  int64_t k_row_bytes;
+  const E* v;
+  int64_t v_st;
+  vec::VIdx k_offsets(int64_t i0, size_t n) const { return vec::strided_offsets(k_row_bytes, i0 * k_row_bytes, n); }
+  const E* v_row(int64_t i) const { return v + i * v_st; }
+};
+
+// ---- row operations on the tiles ---------------------------------------------
+
+// kt[d*BN + j] = K[k0 + j][d] for j < nb: one indexed load per d gathers
+// column d of the block's K rows, already transposed and widened to f32.
+template <typename Tr, typename Src>
+void gather_k_transposed(float* kt, const Src& src, int64_t k0, int64_t nb, int64_t head_dim) {
+  const size_t vl = vec::setvl(static_cast<size_t>(nb));
+  const vec::VIdx off = src.k_offsets(k0, vl);
+  for (int64_t d = 0; d < head_dim; ++d) {
+    vec::store(kt + d * BN, Tr::gather(src.k + d, off, vl), vl);
+  }
+}
+
+// s[r*BN + j] = sum_d q[r*D + d] * kt[d*BN + j], for rows < rows and keys
+// j < nb, four query rows at a time so each K^T row load feeds four FMAs.
+// Accumulators start at zero over the whole vector and the FMAs are
+// tail-undisturbed, so lanes nb..BN of the stored rows are 0, not whatever
+// an agnostic tail left there.
+void score_tile(float* s, const float* q, const float* kt, int64_t rows, int64_t nb, int64_t head_dim) {
+  const size_t vl = vec::setvl(static_cast<size_t>(nb));
+  int64_t r = 0;
+  for (; r + 4 <= rows; r += 4) {
+    const float* q0 = q + r * head_dim;
+    vec::VF a0 = vec::zeros(), a1 = vec::zeros(), a2 = vec::zeros(), a3 = vec::zeros();
+    for (int64_t d = 0; d < head_dim; ++d) {
+      const vec::VF k = vec::load(kt + d * BN, vl);
+      a0 = vec::fmacc(a0, q0[d], k, vl);
+      a1 = vec::fmacc(a1, q0[head_dim + d], k, vl);
+      a2 = vec::fmacc(a2, q0[2 * head_dim + d], k, vl);
+      a3 = vec::fmacc(a3, q0[3 * head_dim + d], k, vl);
+    }
+    vec::store(s + r * BN, a0, BN);
+    vec::store(s + (r + 1) * BN, a1, BN);
+    vec::store(s + (r + 2) * BN, a2, BN);
+    vec::store(s + (r + 3) * BN, a3, BN);
+  }
+  for (; r < rows; ++r) {
+    vec::VF a = vec::zeros();
+    for (int64_t d = 0; d < head_dim; ++d) a = vec::fmacc(a, q[r * head_dim + d], vec::load(kt + d * BN, vl), vl);
+    vec::store(s + r * BN, a, BN);
+  }
+}
+
+// One online-softmax step for a row's first ``n`` scores (n >= 1): applies
+// the cap, updates the running max *m and sum *l, leaves p = exp(s - m_new)
+// in s and returns alpha = exp(m_old - m_new), the factor the row's
+// accumulator must be rescaled by.
+float online_softmax_step(float* s, int64_t n, float logit_cap, float* m, float* l) {
+  const size_t vl = vec::setvl(static_cast<size_t>(n));
+  vec::VF x = vec::load(s, vl);
+  if (logit_cap > 0) x = vec::softcap(x, logit_cap, vl);
+  const float block_max = vec::reduce_max(x, vl);
+  const float m_new = block_max > *m ? block_max : *m;
+  // exp(-inf) = 0 on a row's first step: the empty accumulator stays 0.
+  const float alpha = vec::exp_scalar(*m - m_new);
+  const vec::VF pv = vec::exp(vec::sub(x, m_new, vl), vl);
+  vec::store(s, pv, vl);
+  *l = *l * alpha + vec::reduce_sum(pv, vl);
+  *m = m_new;
+  return alpha;
+}
+
+// acc[0:Dv] = acc * alpha + sum_{j < n} p[j] * v[j*Dv : j*Dv + Dv], one
+// vector of Dv at a time held in a register across all n tokens.
+void rescale_accumulate(float* acc, float alpha, const float* p, int64_t n, const float* v, int64_t head_dim_v) {
+  for (int64_t c = 0; c < head_dim_v;) {
+    const size_t vl = vec::setvl(static_cast<size_t>(head_dim_v - c));
+    vec::VF a = vec::mul(vec::load(acc + c, vl), alpha, vl);
+    for (int64_t j = 0; j < n; ++j) a = vec::fmacc_ta(a, p[j], vec::load(v + j * head_dim_v + c, vl), vl);
+    vec::store(acc + c, a, vl);
+    c += static_cast<int64_t>(vl);
+  }
+}
+
+// dst[0:n] = widen(src[0:n]).
+template <typename Tr>
+void load_row(float* dst, const typename Tr::Elem* src, int64_t n) {
+  for (int64_t c = 0; c < n;) {
+    const size_t vl = vec::setvl(static_cast<size_t>(n - c));
+    vec::store(dst + c, Tr::load(src + c, vl), vl);
+    c += static_cast<int64_t>(vl);
+  }
+}
+
+// dst[0:n] = widen(src[0:n]) * scale.
+template <typename Tr>
+void load_row_scaled(float* dst, const typename Tr::Elem* src, int64_t n, float scale) {
+  for (int64_t c = 0; c < n;) {
+    const size_t vl = vec::setvl(static_cast<size_t>(n - c));
+    vec::store(dst + c, vec::mul(Tr::load(src + c, vl), scale, vl), vl);
+    c += static_cast<int64_t>(vl);
+  }
+}
+
+// dst[0:n] = narrow(src[0:n] * scale), round to nearest even.
+template <typename Tr>
+void store_row_scaled(typename Tr::Elem* dst, const float* src, int64_t n, float scale) {
+  for (int64_t c = 0; c < n;) {
+    const size_t vl = vec::setvl(static_cast<size_t>(n - c));
+    Tr::store(dst + c, vec::mul(vec::load(src + c, vl), scale, vl), vl);
+    c += static_cast<int64_t>(vl);
+  }
+}
+
+void fill_zero(float* dst, int64_t n) {
+  for (int64_t c = 0; c < n;) {
+    const size_t vl = vec::setvl(static_cast<size_t>(n - c));
+    vec::store(dst + c, vec::zeros(), vl);
+    c += static_cast<int64_t>(vl);
+  }
+}
+
+// ---- one work item -------------------------------------------------------------
+
+struct Item {
+  const rvv_attn::ExtendParams* p;
+  Scratch w;
+  int64_t rows;  // query rows in this block (<= BLOCK_M)
+};
+
+// Attend the item's rows to keys [k0, k0 + nb) of ``src``. ``diag`` < 0 for a
+// block every row sees in full; otherwise row r may see keys up to index
+// diag + r (stage 2: diag = the first row's index among the new tokens).
+template <typename Tr, typename Src>
+void attend_block(const Item& it, const Src& src, int64_t k0, int64_t nb, int64_t diag) {
+  const rvv_attn::ExtendParams& p = *it.p;
+  const Scratch& w = it.w;
+  const int64_t Dv = p.head_dim_v;
+  gather_k_transposed<Tr>(w.kt, src, k0, nb, p.head_dim);
+  score_tile(w.s, w.q, w.kt, it.rows, nb, p.head_dim);
+  for (int64_t j = 0; j < nb; ++j) load_row<Tr>(w.v + j * Dv, src.v_row(k0 + j), Dv);
+  for (int64_t r = 0; r < it.rows; ++r) {
+    int64_t n = nb;
+    if (diag >= 0) {
+      const int64_t last = diag + r - k0;  // the row's last visible key, relative to k0
+      n = last < 0 ? 0 : (last + 1 < nb ? last + 1 : nb);
+      if (n == 0) continue;  // the whole block is in this row's future
+    }
+    float* s = w.s + r * BN;
+    const float alpha = online_softmax_step(s, n, p.logit_cap, &w.m[r], &w.l[r]);
+    rescale_accumulate(w.acc + r * Dv, alpha, s, n, w.v, Dv);
+  }
+}
+
+template <rvv_attn::DType DT>
+void run_item(const rvv_attn::ExtendParams& p, const Scratch& w, int64_t b, int64_t h, int64_t qb) {
+  using Tr = vec::Traits<DT>;
+  using E = typename Tr::Elem;
+  const int64_t D = p.head_dim, Dv = p.head_dim_v;
+  const int64_t ext = p.extend_lens[b], prefix = p.prefix_lens[b];
+  const int64_t m0 = qb * BM;
+  const int64_t rows = ext - m0 < BM ? ext - m0 : BM;
+  const int64_t hkv = h / (p.heads / p.heads_kv);
+  const int64_t start = p.extend_start[b];
+  const int64_t row0 = start + m0;  // first query's row in q_extend / o_extend
+  const int64_t elem = static_cast<int64_t>(sizeof(E));
+
+  // Scores come out of the tile already scaled; the cap, if any, is applied
+  // per row by vec::softcap (cap * tanh(s / cap)).
+  const E* q = static_cast<const E*>(p.q) + row0 * p.q_stride_t + h * p.q_stride_h;
+  for (int64_t r = 0; r < rows; ++r) {
+    load_row_scaled<Tr>(w.q + r * D, q + r * p.q_stride_t, D, p.sm_scale);
+    w.m[r] = -std::numeric_limits<float>::infinity();
+    w.l[r] = 0.f;
+    fill_zero(w.acc + r * Dv, Dv);
+  }
+  const Item it{&p, w, rows};
+
+  // Stage 1: the cached prefix, all of it visible to every row.
+  const PrefixRows<E> pre{static_cast<const E*>(p.k_buffer) + hkv * p.k_buffer_stride_h,
+                          p.k_buffer_stride_t * elem,
+                          static_cast<const E*>(p.v_buffer) + hkv * p.v_buffer_stride_h,
+                          p.v_buffer_stride_t,
+                          static_cast<const char*>(p.req_to_token) +
+                              p.req_pool_indices[b] * p.req_to_token_stride * (p.req_to_token_is_int64 ? 8 : 4),
+                          p.req_to_token_is_int64};
+  for (int64_t k0 = 0; k0 < prefix; k0 += BN) {
+    attend_block<Tr>(it, pre, k0, prefix - k0 < BN ? prefix - k0 : BN, -1);
+  }
+
+  // Stage 2: new tokens 0 .. m0 + rows - 1 (the last row's own index).
+  const ExtendRows<E> nw{static_cast<const E*>(p.k) + start * p.k_stride_t + hkv * p.k_stride_h, p.k_stride_t * elem,
+                         static_cast<const E*>(p.v) + start * p.v_stride_t + hkv * p.v_stride_h, p.v_stride_t};
+  const int64_t keys = m0 + rows;
+  for (int64_t k0 = 0; k0 < keys; k0 += BN) {
+    const int64_t nb = keys - k0 < BN ? keys - k0 : BN;
+    // Only a block holding a key past the first row's own index needs the
+    // causal limit; the blocks before it are seen in full by every row.
+    attend_block<Tr>(it, nw, k0, nb, k0 + nb - 1 > m0 ? m0 : -1);
+  }
+
+  E* o = static_cast<E*>(p.o) + row0 * p.o_stride_t + h * p.o_stride_h;
+  for (int64_t r = 0; r < rows; ++r) {
+    // Every row saw at least its own token, so l >= 1 (its max contributes exp(0)).
+    store_row_scaled<Tr>(o + r * p.o_stride_t, w.acc + r * Dv, Dv, 1.f / w.l[r]);
+  }
+}
+
+template <rvv_attn::DType DT>
+void run_typed(const rvv_attn::ExtendParams& p, const rvv_attn::ThreadPool& pool) {
+  struct Ctx {
+    const rvv_attn::ExtendParams* p;
+    ArenaLayout layout;
+    int64_t items;
+    int64_t next;  // shared work counter (atomic builtins: no std::atomic in kernel TUs)
+  } ctx{&p, arena_layout(p.head_dim, p.head_dim_v), p.qblock_offsets[p.batch] * p.heads, 0};
+
+  auto body = [](void* c, int64_t begin, int64_t end) {
+    Ctx& x = *static_cast<Ctx*>(c);
+    const rvv_attn::ExtendParams& q = *x.p;
+    for (int64_t worker = begin; worker < end; ++worker) {
+      const Scratch w = carve(static_cast<char*>(q.arena) + worker * x.layout.total, x.layout);
+      for (;;) {
+        const int64_t n = __atomic_fetch_add(&x.next, 1, __ATOMIC_RELAXED);
+        if (n >= x.items) break;
+        // Reverse order: later query blocks (more keys) start first.
+        const int64_t item = x.items - 1 - n;
+        const int64_t block = item / q.heads, h = item % q.heads;
+        // The sequence owning flat query block ``block``:
+        // offsets[lo] <= block < offsets[hi], narrowed by bisection.
+        int64_t lo = 0, hi = q.batch;
+        while (hi - lo > 1) {
+          const int64_t mid = (lo + hi) / 2;
+          (q.qblock_offsets[mid] <= block ? lo : hi) = mid;
+        }
+        run_item<DT>(q, w, lo, h, block - q.qblock_offsets[lo]);
+      }
+    }
+  };
+  pool.run(p.workers, &ctx, body);
+}
+
+}  // namespace
+
+rvv_attn::ExtendBlocking extend_blocking() { return {BM, BN}; }
+
+int64_t extend_arena_bytes(int64_t head_dim, int64_t head_dim_v) {
+  return arena_layout(head_dim, head_dim_v).total;
+}
+
+void extend_attention(const rvv_attn::ExtendParams& p, const rvv_attn::ThreadPool& pool) {
+  switch (p.dtype) {
+    case rvv_attn::DType::Float32: run_typed<rvv_attn::DType::Float32>(p, pool); break;
+    case rvv_attn::DType::BFloat16: run_typed<rvv_attn::DType::BFloat16>(p, pool); break;
+    case rvv_attn::DType::Float16: run_typed<rvv_attn::DType::Float16>(p, pool); break;
+  }
+}
+
+}  // namespace RVV_ATTN_NS

@@ -1,0 +1,241 @@
+// extend_attention_cpu: the torch side. Validates every argument (shapes,
+// dtypes, lengths, ranges, every index the kernel will follow), builds the
+// query-block work list and the per-worker scratch arena, and calls the
+// selected variant's kernel (csrc/kernels/extend.cpp). All checks run before
+// the kernel starts, so on error o_extend is untouched.
+#include <ATen/MemoryOverlap.h>
+#include <ATen/Parallel.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+#include <torch/library.h>
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+#include <utility>
+#include <vector>
+
+#include "checks.h"
+#include "kernel_api.h"
+#include "ops/runtime.h"
+#include "token_map.h"
+
+namespace rvv_attn {
+namespace {
+
+constexpr const char* kOp = "rvv_attn.extend_attention_cpu";
+constexpr int64_t kMaxHeadDim = 256;
+
+// Shapes and dtypes of the ten tensors; returns the element dtype.
+DType check_layout(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& o,
+                   const at::Tensor& k_buffer, const at::Tensor& v_buffer, const at::Tensor& req_to_token,
+                   const at::Tensor& req_pool_indices, const at::Tensor& seq_lens,
+                   const at::Tensor& extend_seq_lens, const at::Tensor& extend_start_loc) {
+  using namespace checks;
+  rank(kOp, "q_extend", q, 3, "[T, H, D]");
+  rank(kOp, "k_extend", k, 3, "[T, H_kv, D]");
+  rank(kOp, "v_extend", v, 3, "[T, H_kv, Dv]");
+  rank(kOp, "o_extend", o, 3, "[T, H, Dv]");
+  rank(kOp, "k_buffer", k_buffer, 3, "[max_total_tokens, H_kv, D]");
+  rank(kOp, "v_buffer", v_buffer, 3, "[max_total_tokens, H_kv, Dv]");
+  rank(kOp, "extend_seq_lens", extend_seq_lens, 1, "[B]");
+  rank(kOp, "extend_start_loc", extend_start_loc, 1, "[B]");
+
+  const DType dtype = float_dtype(kOp, "q_extend", q);
+  same_dtype(kOp, "k_extend", k, "q_extend", q);
+  same_dtype(kOp, "v_extend", v, "q_extend", q);
+  same_dtype(kOp, "o_extend", o, "q_extend", q);
+  same_dtype(kOp, "k_buffer", k_buffer, "q_extend", q);
+  same_dtype(kOp, "v_buffer", v_buffer, "q_extend", q);
+  index_dtype(kOp, "extend_seq_lens", extend_seq_lens, {at::kLong});
+  index_dtype(kOp, "extend_start_loc", extend_start_loc, {at::kLong});
+
+  const int64_t tokens = q.size(0), heads = q.size(1), head_dim = q.size(2);
+  const int64_t heads_kv = k.size(1), head_dim_v = v.size(2);
+  size_is(kOp, "k_extend", k, 0, tokens, "q_extend.size(0) (T)");
+  size_is(kOp, "v_extend", v, 0, tokens, "q_extend.size(0) (T)");
+  size_is(kOp, "o_extend", o, 0, tokens, "q_extend.size(0) (T)");
+  size_is(kOp, "k_extend", k, 2, head_dim, "q_extend.size(2) (D)");
+  size_is(kOp, "k_buffer", k_buffer, 2, head_dim, "q_extend.size(2) (D)");
+  size_is(kOp, "v_extend", v, 1, heads_kv, "k_extend.size(1) (H_kv)");
+  size_is(kOp, "k_buffer", k_buffer, 1, heads_kv, "k_extend.size(1) (H_kv)");
+  size_is(kOp, "v_buffer", v_buffer, 1, heads_kv, "k_extend.size(1) (H_kv)");
+  size_is(kOp, "o_extend", o, 1, heads, "q_extend.size(1) (H)");
+  size_is(kOp, "o_extend", o, 2, head_dim_v, "v_extend.size(2) (Dv)");
+  size_is(kOp, "v_buffer", v_buffer, 2, head_dim_v, "v_extend.size(2) (Dv)");
+  TORCH_CHECK(heads_kv > 0 && heads % heads_kv == 0, kOp, ": q_extend has H = ", heads,
+              " heads, which is not a multiple of H_kv = ", heads_kv, " (k_extend.size(1))");
+  TORCH_CHECK(head_dim >= 1 && head_dim <= kMaxHeadDim, kOp, ": head dim D = ", head_dim,
+              " (q_extend.size(2)) is outside [1, ", kMaxHeadDim, "]");
+  TORCH_CHECK(head_dim_v >= 1 && head_dim_v <= kMaxHeadDim, kOp, ": value head dim Dv = ", head_dim_v,
+              " (v_extend.size(2)) is outside [1, ", kMaxHeadDim, "]");
+
+  const int64_t batch = extend_seq_lens.size(0);
+  token_map::check_layout(kOp, req_to_token, req_pool_indices, "seq_lens", seq_lens, batch);
+  size_is(kOp, "extend_start_loc", extend_start_loc, 0, batch, "extend_seq_lens.size(0) (B)");
+
+  for (auto [name, t] : {std::pair<const char*, const at::Tensor*>{"q_extend", &q}, {"k_extend", &k},
+                         {"v_extend", &v}, {"o_extend", &o}, {"k_buffer", &k_buffer}, {"v_buffer", &v_buffer}}) {
+    dense_last_dim(kOp, name, *t);
+  }
+  // Workers write o_extend rows while others still read their inputs, so
+  // o_extend may share memory with none of them, nor repeat an element.
+  TORCH_CHECK(at::has_internal_overlap(o) != at::MemOverlap::Yes, kOp,
+              ": o_extend has overlapping elements (strides ", c10::str(o.strides()), "); it must be writable row by row");
+  for (auto [name, t] : {std::pair<const char*, const at::Tensor*>{"q_extend", &q}, {"k_extend", &k},
+                         {"v_extend", &v}, {"k_buffer", &k_buffer}, {"v_buffer", &v_buffer}}) {
+    // TooHard (a non-dense view) is decided conservatively by the storage.
+    const at::MemOverlapStatus status = at::get_overlap_status(o, *t);
+    const bool shared = status == at::MemOverlapStatus::Full || status == at::MemOverlapStatus::Partial ||
+                        (status == at::MemOverlapStatus::TooHard && o.storage().is_alias_of(t->storage()));
+    TORCH_CHECK(!shared, kOp, ": o_extend shares memory with ", name, "; the output must be a separate tensor");
+  }
+  return dtype;
+}
+
+// Per-sequence lengths and extend row ranges. ``ext``, ``seq``, ``start``
+// are the contiguous int64 copies of extend_seq_lens, seq_lens and
+// extend_start_loc.
+void check_extend_ranges(const at::Tensor& ext_t, const at::Tensor& seq_t, const at::Tensor& start_t,
+                         int64_t tokens, int64_t max_len_extend) {
+  const int64_t batch = ext_t.numel();
+  const int64_t* ext = ext_t.data_ptr<int64_t>();
+  const int64_t* seq = seq_t.data_ptr<int64_t>();
+  const int64_t* start = start_t.data_ptr<int64_t>();
+  std::vector<std::pair<int64_t, int64_t>> ranges;  // (start, b) of the non-empty extends
+  for (int64_t b = 0; b < batch; ++b) {
+    TORCH_CHECK(ext[b] >= 0, kOp, ": extend_seq_lens[", b, "] = ", ext[b], " is negative");
+    TORCH_CHECK(seq[b] >= 0, kOp, ": seq_lens[", b, "] = ", seq[b], " is negative");
+    TORCH_CHECK(ext[b] <= seq[b], kOp, ": extend_seq_lens[", b, "] = ", ext[b], " exceeds seq_lens[", b,
+                "] = ", seq[b], " (the new tokens are part of the sequence)");
+    TORCH_CHECK(ext[b] <= max_len_extend, kOp, ": extend_seq_lens[", b, "] = ", ext[b],
+                " exceeds max_len_extend = ", max_len_extend);
+    // Written so that no sum can overflow: start <= T and ext <= T - start.
+    TORCH_CHECK(start[b] >= 0 && start[b] <= tokens && ext[b] <= tokens - start[b], kOp, ": extend_start_loc[",
+                b, "] = ", start[b], " with extend_seq_lens[", b, "] = ", ext[b],
+                " runs outside the T = ", tokens, " rows of q_extend");
+    if (ext[b] > 0) ranges.emplace_back(start[b], b);
+  }
+  // Two sequences writing the same o_extend rows would race and clobber.
+  std::sort(ranges.begin(), ranges.end());
+  for (size_t i = 1; i < ranges.size(); ++i) {
+    const int64_t a = ranges[i - 1].second, b = ranges[i].second;
+    TORCH_CHECK(start[a] + ext[a] <= start[b], kOp, ": the extend rows of sequences ", a, " and ", b,
+                " overlap: extend_start_loc[", a, "] = ", start[a], " with extend_seq_lens[", a, "] = ", ext[a],
+                " reaches row ", start[a] + ext[a] - 1, ", past extend_start_loc[", b, "] = ", start[b]);
+  }
+}
+
+void extend_attention_cpu(const at::Tensor& q_extend, const at::Tensor& k_extend, const at::Tensor& v_extend,
+                          at::Tensor& o_extend, const at::Tensor& k_buffer, const at::Tensor& v_buffer,
+                          const at::Tensor& req_to_token, const at::Tensor& req_pool_indices,
+                          const at::Tensor& seq_lens, const at::Tensor& extend_seq_lens,
+                          const at::Tensor& extend_start_loc, int64_t max_len_extend, double sm_scale,
+                          double logit_cap) {
+  const DType dtype = check_layout(q_extend, k_extend, v_extend, o_extend, k_buffer, v_buffer, req_to_token,
+                                   req_pool_indices, seq_lens, extend_seq_lens, extend_start_loc);
+  TORCH_CHECK(std::isfinite(sm_scale) && std::isfinite(static_cast<float>(sm_scale)), kOp, ": sm_scale = ",
+              sm_scale, " is not a finite float32");
+  // NaN fails both comparisons. A cap of +inf would compute inf * tanh(0).
+  TORCH_CHECK(logit_cap >= 0 && std::isfinite(static_cast<float>(logit_cap)), kOp, ": logit_cap = ", logit_cap,
+              " must be a finite value >= 0 (0 disables the cap)");
+  TORCH_CHECK(max_len_extend >= 0, kOp, ": max_len_extend = ", max_len_extend, " is negative");
+
+  const at::Tensor ext = extend_seq_lens.contiguous();
+  const at::Tensor seq = seq_lens.contiguous();
+  const at::Tensor start = extend_start_loc.contiguous();
+  const int64_t tokens = q_extend.size(0), batch = seq.numel();
+  check_extend_ranges(ext, seq, start, tokens, max_len_extend);
+  at::Tensor prefix = at::empty({batch}, at::kLong);  // seq_lens - extend_seq_lens, >= 0 by now
+  for (int64_t b = 0; b < batch; ++b) {
+    prefix.data_ptr<int64_t>()[b] = seq.data_ptr<int64_t>()[b] - ext.data_ptr<int64_t>()[b];
+  }
+  // The kernel reads the map only for prefix tokens: those pool rows and
+  // slots are checked (entries for the new tokens are not read).
+  const token_map::CheckedTokenMaps maps =
+      token_map::check_values(kOp, req_to_token, req_pool_indices, "prefix_lens (seq_lens - extend_seq_lens)",
+                              prefix, std::min(k_buffer.size(0), v_buffer.size(0)), 0, "");
+
+  const KernelTable& table = ops::kernels();
+  const ExtendBlocking blocking = table.extend_blocking();
+  at::Tensor qblock_offsets = at::empty({batch + 1}, at::kLong);
+  int64_t* offsets = qblock_offsets.data_ptr<int64_t>();
+  offsets[0] = 0;
+  for (int64_t b = 0; b < batch; ++b) {
+    offsets[b + 1] = offsets[b] + (ext.data_ptr<int64_t>()[b] + blocking.block_m - 1) / blocking.block_m;
+  }
+  const int64_t heads = q_extend.size(1);
+  const int64_t items = offsets[batch] * heads;
+  if (items == 0) return;  // empty batch, no new tokens, or no heads
+
+  const int64_t head_dim = q_extend.size(2), head_dim_v = v_extend.size(2);
+  const int64_t arena_bytes = table.extend_arena_bytes(head_dim, head_dim_v);
+  const int64_t workers = std::max<int64_t>(1, std::min<int64_t>(at::get_num_threads(), items));
+  // One allocation per call; the kernel never allocates.
+  at::Tensor arena = at::empty({workers * arena_bytes}, at::kByte);
+
+  ExtendParams p{};
+  p.dtype = dtype;
+  p.batch = batch;
+  p.heads = heads;
+  p.heads_kv = k_extend.size(1);
+  p.head_dim = head_dim;
+  p.head_dim_v = head_dim_v;
+  p.sm_scale = static_cast<float>(sm_scale);
+  p.logit_cap = static_cast<float>(logit_cap);
+  p.q = q_extend.data_ptr();
+  p.q_stride_t = q_extend.stride(0);
+  p.q_stride_h = q_extend.stride(1);
+  p.k = k_extend.data_ptr();
+  p.k_stride_t = k_extend.stride(0);
+  p.k_stride_h = k_extend.stride(1);
+  p.v = v_extend.data_ptr();
+  p.v_stride_t = v_extend.stride(0);
+  p.v_stride_h = v_extend.stride(1);
+  p.o = o_extend.data_ptr();
+  p.o_stride_t = o_extend.stride(0);
+  p.o_stride_h = o_extend.stride(1);
+  p.k_buffer = k_buffer.data_ptr();
+  p.k_buffer_stride_t = k_buffer.stride(0);
+  p.k_buffer_stride_h = k_buffer.stride(1);
+  p.v_buffer = v_buffer.data_ptr();
+  p.v_buffer_stride_t = v_buffer.stride(0);
+  p.v_buffer_stride_h = v_buffer.stride(1);
+  const token_map::MapView map = maps.map();
+  p.req_to_token = map.data;
+  p.req_to_token_is_int64 = map.is_int64;
+  p.req_to_token_stride = map.row_stride;
+  p.req_pool_indices = maps.pool_indices();
+  p.prefix_lens = prefix.data_ptr<int64_t>();
+  p.extend_lens = ext.data_ptr<int64_t>();
+  p.extend_start = start.data_ptr<int64_t>();
+  p.qblock_offsets = offsets;
+  p.arena = arena.data_ptr();
+  p.workers = workers;
+  table.extend_attention(p, ops::torch_pool());
+}
+
+// [BLOCK_M, BLOCK_N, arena bytes per worker] of the active variant for the
+// given head dims: lets tests aim at each variant's own tile boundaries.
+std::vector<int64_t> extend_attention_blocking(int64_t head_dim, int64_t head_dim_v) {
+  TORCH_CHECK(head_dim >= 1 && head_dim <= kMaxHeadDim && head_dim_v >= 1 && head_dim_v <= kMaxHeadDim,
+              "rvv_attn.extend_attention_blocking: head dims must be in [1, ", kMaxHeadDim, "], got ", head_dim,
+              " and ", head_dim_v);
+  const KernelTable& table = ops::kernels();
+  const ExtendBlocking b = table.extend_blocking();
+  return {b.block_m, b.block_n, table.extend_arena_bytes(head_dim, head_dim_v)};
+}
+
+}  // namespace
+}  // namespace rvv_attn
+
+TORCH_LIBRARY_FRAGMENT(rvv_attn, m) {
+  m.def(
+      "extend_attention_cpu(Tensor q_extend, Tensor k_extend, Tensor v_extend, Tensor(a!) o_extend, "
+      "Tensor k_buffer, Tensor v_buffer, Tensor req_to_token, Tensor req_pool_indices, Tensor seq_lens, "
+      "Tensor extend_seq_lens, Tensor extend_start_loc, int max_len_extend, float sm_scale, float logit_cap) -> ()");
+  m.def("extend_attention_blocking(int head_dim, int head_dim_v) -> int[]",
+        &rvv_attn::extend_attention_blocking);
+}
+
+TORCH_LIBRARY_IMPL(rvv_attn, CPU, m) { m.impl("extend_attention_cpu", &rvv_attn::extend_attention_cpu); }

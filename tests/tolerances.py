@@ -1,0 +1,40 @@
+"""Per-dtype tolerances for comparing attention kernels with the float64 references.
+
+torch.testing.assert_close passes when |out - ref| <= atol + rtol * |ref|.
+The references run in float64 on the very inputs the kernel saw (already
+rounded to the dtype), so the only differences are the kernel's float32
+arithmetic and the final rounding of the output to the dtype:
+
+* rtol is the final rounding: round-to-nearest-even to a format with p
+  significand bits is off by at most 2**-p relative (half an ulp), i.e.
+  2**-8 for bfloat16, 2**-11 for float16, 2**-24 for float32. It is the
+  whole rounding allowance and cannot be tightened without failing a
+  correctly rounded result.
+* atol covers float32 arithmetic. An attention output is a convex
+  combination of V rows (|v| <~ 4 for the tests' normal data), so an error
+  e in the scores moves it by about e * |v|. A score is a dot product over
+  D <= 256 terms accumulated in float32: rounding error ~ D * 2**-24 * |q_d
+  k_d| * sm_scale ~ 6e-7 for unit-normal data; the exp polynomial is good to
+  1.5e-7 relative and the softmax sum over ~10^4 keys to ~sqrt(n) * 2**-24.
+  Together ~1e-6 (the float32 cases measure <= 8.3e-7, D = 256 the worst);
+  5e-6 leaves a factor 5 for data and summation order. A real bug (a missed
+  or extra key, a wrong scale, a mask off by one) moves outputs by 1e-3 or
+  more.
+"""
+
+from __future__ import annotations
+
+import torch
+
+F32_ACCUMULATION_ATOL = 5e-6
+
+TOLERANCES: dict[torch.dtype, dict[str, float]] = {
+    torch.float32: {"atol": F32_ACCUMULATION_ATOL, "rtol": 2.0**-24},
+    torch.bfloat16: {"atol": F32_ACCUMULATION_ATOL, "rtol": 2.0**-8},
+    torch.float16: {"atol": F32_ACCUMULATION_ATOL, "rtol": 2.0**-11},
+}
+
+
+def assert_close_to_reference(out: torch.Tensor, ref: torch.Tensor) -> None:
+    """Compare a kernel output (any dtype) with a float64 reference, at the output dtype's tolerance."""
+    torch.testing.assert_close(out.double(), ref, **TOLERANCES[out.dtype])
