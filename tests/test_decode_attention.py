@@ -15,27 +15,10 @@ import torch
 import rvv_attn
 from reference import decode_attention as reference_attention
 from reference import write_kv as reference_write_kv
+from tolerances import assert_close_to_reference
 
 OP = rvv_attn.ops.decode_attention_cpu
 EMULATED = bool(os.environ.get("RVV_ATTN_EXPECT_VARIANT"))
-
-# The one tolerance table. The reference reads the very values stored in
-# the test's dtype, so input rounding is not part of the error; what is:
-#  * float32 arithmetic: dot products of <= 256 terms, sums over <= 1024
-#    tokens and the online-softmax rescales each add a few ulps relative to
-#    the largest term (~1e-6 for these magnitudes), the vector exp adds
-#    < 8e-8 relative. Hence float32 ~1e-5.
-#  * bfloat16 / float16 outputs are additionally rounded once (RNE) to the
-#    storage type: at most half an ulp, 2^-9 (bf16) and 2^-12 (f16)
-#    relative; rtol is one full ulp (2^-8, 2^-11 * 2) so a float32 result
-#    that lands next to a rounding boundary may round either way. atol
-#    keeps the float32 term for outputs near zero.
-TOLERANCES = {
-    torch.float32: dict(rtol=1e-5, atol=1e-5),
-    torch.bfloat16: dict(rtol=2.0**-8, atol=1e-5),
-    torch.float16: dict(rtol=2.0**-10, atol=1e-5),
-}
-
 
 @dataclass
 class Case:
@@ -125,7 +108,7 @@ def make_case(lens, heads, heads_kv, head_dim, head_dim_v, dtype, splits, map_dt
 def assert_matches_reference(case: Case) -> None:
     expected = case.reference()
     assert not torch.isnan(case.output).any(), "output has NaN: some row was not written"
-    torch.testing.assert_close(case.output.double(), expected, **TOLERANCES[case.output.dtype])
+    assert_close_to_reference(case.output, expected)
 
 
 # ---------------------------------------------------------------------------
