@@ -132,3 +132,73 @@ def decode_mutation(case, data) -> str:
         return "logit_cap must be finite and >= 0"
     case.query = case.query.double()
     return "query has dtype Double"
+
+
+# ---- extend attention ----------------------------------------------------------------------------
+# Extend lengths around BLOCK_M / BLOCK_N of every VLEN (BLOCK_N 16..128, BLOCK_M 64..8).
+EXTEND_EDGES = [0, 1, 2, 7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 64, 65]
+
+
+@st.composite
+def extend_cases(draw):
+    """Any valid extend_attention_cpu call (built by the extend tests' Case)."""
+    from test_extend_attention import Case
+
+    batch = draw(st.integers(1, 3))
+    lengths = st.one_of(st.sampled_from(EXTEND_EDGES), st.integers(0, 100))
+    prefix = draw(st.lists(lengths, min_size=batch, max_size=batch))
+    extend = draw(st.lists(lengths, min_size=batch, max_size=batch))
+    heads_kv = draw(st.integers(1, 3))
+    dim = st.one_of(st.integers(1, 9), st.sampled_from([31, 32, 33, 64, 80, 96, 128]))
+    return Case(prefix, extend, heads=heads_kv * draw(st.sampled_from([1, 2, 3, 8])), heads_kv=heads_kv,
+                head_dim=draw(dim), head_dim_v=draw(dim), dtype=draw(st.sampled_from(FLOAT_DTYPES)),
+                map_dtype=draw(st.sampled_from([torch.int32, torch.int64])),
+                logit_cap=draw(st.sampled_from([0.0, 2.0])), strided=draw(st.booleans()),
+                seed=draw(st.integers(0, 2**31 - 1))).build()
+
+
+def extend_mutation(case, data) -> tuple[dict, str]:
+    """One drawn way to break ``case``: the replaced arguments and the error text they must cause."""
+    a = case.inputs
+    batch = len(case.prefix)
+    b = data.draw(st.integers(0, batch - 1), label="sequence")
+    slots = min(a["k_buffer"].shape[0], a["v_buffer"].shape[0])
+    kinds = ["pool row", "extend longer than seq", "negative extend", "start past T", "max_len_extend",
+             "sm_scale", "logit_cap", "dtype"]
+    if case.prefix[b]:
+        kinds.append("map entry")
+    kind = data.draw(st.sampled_from(kinds), label="mutation")
+    if kind == "map entry":
+        t = data.draw(st.integers(0, case.prefix[b] - 1), label="position")
+        bad = data.draw(st.sampled_from([slots, -1, slots + 999]), label="entry")
+        m = a["req_to_token"].clone()
+        m[int(a["req_pool_indices"][b]), t] = bad
+        return {"req_to_token": m}, f"= {bad} is outside the KV cache"
+    if kind == "pool row":
+        bad = data.draw(st.sampled_from([a["req_to_token"].shape[0], -1, 2**40]), label="row")
+        rows = a["req_pool_indices"].clone()
+        rows[b] = bad
+        return {"req_pool_indices": rows}, f"req_pool_indices[{b}] = {bad} is outside"
+    if kind == "extend longer than seq":
+        ext = a["extend_seq_lens"].clone()
+        ext[b] = int(a["seq_lens"][b]) + 1
+        return {"extend_seq_lens": ext, "max_len_extend": max(int(ext.max()), a["max_len_extend"])}, \
+            f"extend_seq_lens[{b}] = {int(ext[b])}"
+    if kind == "negative extend":
+        ext = a["extend_seq_lens"].clone()
+        ext[b] = -1
+        return {"extend_seq_lens": ext}, f"extend_seq_lens[{b}] = -1"
+    if kind == "start past T":
+        starts = a["extend_start_loc"].clone()
+        starts[b] = a["q_extend"].shape[0] + data.draw(st.integers(0, 50), label="past")
+        return {"extend_start_loc": starts}, f"extend_start_loc[{b}]"
+    if kind == "max_len_extend":
+        longest = int(a["extend_seq_lens"].max())
+        if longest == 0:
+            return {"max_len_extend": -1}, "max_len_extend"
+        return {"max_len_extend": longest - 1}, "max_len_extend"
+    if kind == "sm_scale":
+        return {"sm_scale": data.draw(st.sampled_from([float("nan"), float("inf")]))}, "sm_scale"
+    if kind == "logit_cap":
+        return {"logit_cap": data.draw(st.sampled_from([-1.0, float("inf")]))}, "logit_cap"
+    return {"q_extend": a["q_extend"].double()}, "q_extend has dtype Double"

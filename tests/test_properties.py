@@ -15,7 +15,8 @@ from hypothesis import strategies as st
 
 import rvv_attn
 from reference import write_kv as reference_write_kv
-from strategies import decode_cases, decode_mutation, kv_write_calls, kv_write_mutations
+from strategies import (decode_cases, decode_mutation, extend_cases, extend_mutation, kv_write_calls,
+                        kv_write_mutations)
 
 
 @given(call=kv_write_calls())
@@ -57,3 +58,18 @@ def test_decode_rejects_invalid_calls_and_writes_nothing(kernel_variant, case, d
         case.run()
     for k, t in watched.items():
         torch.testing.assert_close(t, before[k], rtol=0, atol=0, equal_nan=True, msg=f"{k} was written")
+
+
+@given(case=extend_cases())
+def test_extend_matches_reference(kernel_variant, case):
+    case.check(case.run())
+
+
+@given(case=extend_cases(), data=st.data())
+def test_extend_rejects_invalid_calls_and_writes_nothing(kernel_variant, case, data):
+    change, message = extend_mutation(case, data)
+    out = case.inputs["o_extend"]
+    before = out.clone()
+    with pytest.raises((RuntimeError, ValueError), match=re.escape(message)):
+        case.run(**change)
+    assert torch.equal(out, before), "o_extend changed although the call was rejected"
