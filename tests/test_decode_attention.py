@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import itertools
 import math
-import os
 import random
 import zlib
 from dataclasses import dataclass, field
@@ -18,7 +17,6 @@ from reference import write_kv as reference_write_kv
 from tolerances import assert_close_to_reference
 
 OP = rvv_attn.ops.decode_attention_cpu
-EMULATED = bool(os.environ.get("RVV_ATTN_EXPECT_VARIANT"))
 
 @dataclass
 class Case:
@@ -185,7 +183,7 @@ def test_matches_reference(kernel_variant, combo):
 HEAD_DIM_PRODUCT = list(itertools.product(HEADS, DIMS))
 
 
-@pytest.mark.skipif(EMULATED, reason="host only: the all-pairs matrix covers these pairs under emulation")
+@pytest.mark.host_only
 @pytest.mark.parametrize("heads,dims", HEAD_DIM_PRODUCT,
                          ids=[f"H{h[0]}_{h[1]}-D{d[0]}_{d[1]}" for h, d in HEAD_DIM_PRODUCT])
 def test_every_head_layout_with_every_head_size(kernel_variant, heads, dims):
