@@ -107,8 +107,8 @@ def write_summary(label: str, returncode: int, outcome: Outcome | None, **detail
 def summary_table(since: float) -> list[str]:
     """One line per configuration whose results were written after ``since``."""
     rows = []
-    for path in sorted((BUILD_DIR / "results").glob("*/summary.json")):
-        data = json.loads(path.read_text())
+    found = [json.loads(p.read_text()) for p in (BUILD_DIR / "results").glob("*/summary.json")]
+    for data in sorted(found, key=lambda d: d.get("finished", 0)):  # in the order they ran
         if data.get("finished", 0) < since:
             continue
         outcome = Outcome(**data["outcome"]) if data.get("outcome") else None
