@@ -34,16 +34,20 @@ def _dyn(scale: float) -> bool:
     return math.isnan(scale)
 
 
-def _data(shape, scale: float, g: torch.Generator, magnitudes: bool, zero_rows: bool) -> torch.Tensor:
+def _rows(shape, scale: float, g: torch.Generator, magnitudes: bool, zero_rows: bool,
+          unit_data: bool = False) -> torch.Tensor:
     """Float rows for a cache or new tokens.
 
     Static scale s: N(0, 1) * 40 s, so int8 codes spread over ~[-127, 127]
     and the tails clamp. Dynamic: every row (token, head) gets its own
     magnitude, 10^U(-3, 0.5) with ``magnitudes`` (rows 3000x apart), else 1.
-    ``zero_rows``: every 5th token's rows are all zero.
+    ``zero_rows``: every 5th token's rows are all zero. ``unit_data``: N(0, 1)
+    whatever the scale (a small static scale then clamps most codes).
     """
     x = torch.randn(*shape, generator=g)
-    if not _dyn(scale):
+    if unit_data:
+        pass
+    elif not _dyn(scale):
         x = x * (40 * scale)
     elif magnitudes:
         x = x * torch.pow(10.0, torch.rand(*shape[:-1], 1, generator=g) * 3.5 - 3)
@@ -101,16 +105,17 @@ def _quantized_cache(x: torch.Tensor, scale: float) -> tuple[torch.Tensor, torch
 
 
 def int8_decode(lens, heads, heads_kv, head_dim, head_dim_v, dtype, k_scale, v_scale, splits=3, new_int8=False,
-                magnitudes=False, zero_rows=False, logit_cap=0.0, seed=0) -> Int8Decode:
+                magnitudes=False, zero_rows=False, logit_cap=0.0, seed=0, unit_data=False) -> Int8Decode:
     c = make_case(lens, heads, heads_kv, head_dim, head_dim_v, dtype, splits, logit_cap=logit_cap, seed=seed)
     g = torch.Generator().manual_seed(seed + 100)
     slots = c.k_buffer.shape[0]
-    c.k_buffer, k_sb = _quantized_cache(_data((slots, heads_kv, head_dim), k_scale, g, magnitudes, zero_rows), k_scale)
-    c.v_buffer, v_sb = _quantized_cache(_data((slots, heads_kv, head_dim_v), v_scale, g, magnitudes, zero_rows),
+
+    c.k_buffer, k_sb = _quantized_cache(_rows((slots, heads_kv, head_dim), k_scale, g, magnitudes, zero_rows, unit_data), k_scale)
+    c.v_buffer, v_sb = _quantized_cache(_rows((slots, heads_kv, head_dim_v), v_scale, g, magnitudes, zero_rows, unit_data),
                                         v_scale)
     batch = len(lens)
-    key = _data((batch, heads_kv, head_dim), k_scale, g, magnitudes, zero_rows).to(dtype)
-    value = _data((batch, heads_kv, head_dim_v), v_scale, g, magnitudes, zero_rows).to(dtype)
+    key = _rows((batch, heads_kv, head_dim), k_scale, g, magnitudes, zero_rows, unit_data).to(dtype)
+    value = _rows((batch, heads_kv, head_dim_v), v_scale, g, magnitudes, zero_rows, unit_data).to(dtype)
     if new_int8:
         # Already quantized by the caller, who also stores dynamic scales.
         key, k_new = quantize_int8(key, None if _dyn(k_scale) else k_scale)
@@ -240,7 +245,8 @@ class Int8Extend:
         return args["o_extend"]
 
 
-def int8_extend(case: ExtendCase, k_scale, v_scale, new_int8=False, magnitudes=False, zero_rows=False) -> Int8Extend:
+def int8_extend(case: ExtendCase, k_scale, v_scale, new_int8=False, magnitudes=False, zero_rows=False,
+                unit_data=False) -> Int8Extend:
     """Turn a float extend case into an int8 one: its cache quantized, new-token slots in its map."""
     case = replace(case).build()
     a = case.inputs
@@ -250,16 +256,16 @@ def int8_extend(case: ExtendCase, k_scale, v_scale, new_int8=False, magnitudes=F
     total_new = sum(case.extend)
     slots = used + total_new + 3
     hkv, d, dv = case.heads_kv, case.head_dim, case.head_dim_v
-    a["k_buffer"], k_sb = _quantized_cache(_data((slots, hkv, d), k_scale, g, magnitudes, zero_rows), k_scale)
-    a["v_buffer"], v_sb = _quantized_cache(_data((slots, hkv, dv), v_scale, g, magnitudes, zero_rows), v_scale)
+    a["k_buffer"], k_sb = _quantized_cache(_rows((slots, hkv, d), k_scale, g, magnitudes, zero_rows, unit_data), k_scale)
+    a["v_buffer"], v_sb = _quantized_cache(_rows((slots, hkv, dv), v_scale, g, magnitudes, zero_rows, unit_data), v_scale)
     fresh = (used + torch.randperm(total_new + 3, generator=g)).tolist()
     for b in range(len(case.prefix)):
         pool = int(a["req_pool_indices"][b])
         for i in range(case.extend[b]):
             a["req_to_token"][pool, case.prefix[b] + i] = fresh.pop()
     tokens = a["q_extend"].shape[0]
-    k_new = _data((tokens, hkv, d), k_scale, g, magnitudes, zero_rows).to(case.dtype)
-    v_new = _data((tokens, hkv, dv), v_scale, g, magnitudes, zero_rows).to(case.dtype)
+    k_new = _rows((tokens, hkv, d), k_scale, g, magnitudes, zero_rows, unit_data).to(case.dtype)
+    v_new = _rows((tokens, hkv, dv), v_scale, g, magnitudes, zero_rows, unit_data).to(case.dtype)
     t = Int8Extend(case, k_sb, v_sb, k_scale, v_scale)
     rows, new_slots = t.new_slots()
     if new_int8:
