@@ -49,6 +49,13 @@ inline DType float_dtype(const char* op, const char* name, const at::Tensor& t) 
   return DType::Float32;  // unreachable
 }
 
+// The float operators refuse an int8 cache with a pointer to the int8 ones.
+inline void not_int8_cache(const char* op, const char* name, const at::Tensor& t) {
+  TORCH_CHECK(t.scalar_type() != at::kChar, op, ": ", name,
+              " is an int8 KV cache (dtype Char); this operator takes float32, bfloat16 or float16 caches. "
+              "Use rvv_attn.decode_attention_int8_cpu / rvv_attn.extend_attention_int8_cpu for int8 caches");
+}
+
 inline void same_dtype(const char* op, const char* name, const at::Tensor& t, const char* ref_name,
                        const at::Tensor& ref) {
   TORCH_CHECK(t.scalar_type() == ref.scalar_type(), op, ": ", name, " has dtype ", t.scalar_type(), " but ",

@@ -66,6 +66,17 @@ struct DecodeParams {
   const int64_t* seq_lens;
   float sm_scale;
   float logit_cap;  // 0: no soft cap
+  // int8 KV cache (the *_int8_cpu operators); all zero/false otherwise.
+  // k_buffer/v_buffer then hold int8. A static scale (k_scale > 0) applies
+  // to every token; k_scale = NaN means per-(slot, KV head) scales in
+  // k_scale_buf [max_total_tokens, H_kv] (strides in elements), every one
+  // the kernel reads checked finite and > 0. Likewise V.
+  bool kv_int8;
+  const float* k_scale_buf;
+  int64_t k_scale_stride_t, k_scale_stride_h;
+  const float* v_scale_buf;
+  int64_t v_scale_stride_t, v_scale_stride_h;
+  float k_scale, v_scale;
 };
 
 // ---- extend attention (prefill / chunked prefill) --------------------------
@@ -106,12 +117,46 @@ struct ExtendParams {
   // bytes each, 64-byte aligned; worker w owns slice w for the whole call.
   void* arena;
   int64_t workers;
+  // int8 KV cache (extend_attention_int8_cpu): the new tokens have
+  // already been written to the cache, so stage 2 reads them from there
+  // through req_to_token[row, prefix + i]; k/v are not read; all zero/false otherwise.
+  // k_buffer/v_buffer then hold int8. A static scale (k_scale > 0) applies
+  // to every token; k_scale = NaN means per-(slot, KV head) scales in
+  // k_scale_buf [max_total_tokens, H_kv] (strides in elements), every one
+  // the kernel reads checked finite and > 0. Likewise V.
+  bool kv_int8;
+  const float* k_scale_buf;
+  int64_t k_scale_stride_t, k_scale_stride_h;
+  const float* v_scale_buf;
+  int64_t v_scale_stride_t, v_scale_stride_h;
+  float k_scale, v_scale;
 };
 
 // The score-tile shape of a variant (see csrc/kernels/extend_tiling.h).
 struct ExtendBlocking {
   int64_t block_m;  // query rows per tile
   int64_t block_n;  // keys per tile
+};
+
+// The int8 KV-cache write: entry i copies row src_rows[i] (or i when
+// src_rows is null) of key/value into cache slot kv.loc[i], quantizing
+// when key/value are float. kv.k_buffer/kv.v_buffer hold int8; kv.dtype is
+// the float dtype of key/value unless src_int8 (then they are int8 and are
+// copied as they are). Scales as in DecodeParams: static (> 0) quantizes
+// with that scale and leaves the scale buffer alone; NaN (dynamic) computes
+// max|x| / 127 per row (1.0 for an all-zero row), quantizes with it and
+// stores it at [slot, head] unless src_int8. Quantization: x / scale in
+// float32, clamped to [-127, 127], rounded to nearest, ties to even.
+// Slots are distinct and in range; float inputs are finite (checked).
+struct KvQuantWriteParams {
+  KvWriteParams kv;
+  bool src_int8;
+  const int64_t* src_rows;
+  float* k_scale_buf;
+  int64_t k_scale_stride_t, k_scale_stride_h;
+  float* v_scale_buf;
+  int64_t v_scale_stride_t, v_scale_stride_h;
+  float k_scale, v_scale;
 };
 
 // One compiled variant: the portable build or an RVV build for one VLEN.
@@ -126,6 +171,7 @@ struct KernelTable {
   ExtendBlocking (*extend_blocking)();
   int64_t (*extend_arena_bytes)(int64_t head_dim, int64_t head_dim_v);
   void (*extend_attention)(const ExtendParams&, const ThreadPool&);
+  void (*write_kv_int8)(const KvQuantWriteParams&, const ThreadPool&);
 };
 
 }  // namespace rvv_attn

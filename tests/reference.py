@@ -5,6 +5,8 @@ Nothing here calls the kernels; tests compare the kernels against these.
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 
@@ -76,3 +78,47 @@ def extend_attention(q_extend: torch.Tensor, k_extend: torch.Tensor, v_extend: t
         scores = scores.masked_fill(~visible, float("-inf"))
         out[rows] = (torch.softmax(scores, dim=-1) @ values).transpose(0, 1)
     return out
+
+
+# ---- int8 KV cache ------------------------------------------------------------------------------
+# Quantization as the int8 operators specify it: a static scale s > 0, or
+# (scale None) a dynamic one per row s = max|x| / 127 computed in float32,
+# replaced by 1.0 when it is 0 (an all-zero row). q = round(x / s) with the
+# division in float32, rounding half to even, clamped to [-127, 127].
+
+def quantize_int8(x: torch.Tensor, scale: float | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Quantize rows x[..., D] -> (int8 [..., D], float32 scales [...])."""
+    xf = x.float()
+    if scale is None:
+        s = xf.abs().amax(dim=-1) / 127
+        s = torch.where(s > 0, s, torch.ones_like(s))
+    else:
+        s = torch.full(xf.shape[:-1], scale, dtype=torch.float32)
+    q = torch.round(xf / s[..., None]).clamp(-127, 127).to(torch.int8)
+    return q, s
+
+
+def dequantize_int8(cache: torch.Tensor, scale_buf: torch.Tensor, scale: float) -> torch.Tensor:
+    """An int8 cache [S, H_kv, D] as float64: times the static scale, or (NaN) the per-slot scales."""
+    if math.isnan(scale):
+        return cache.double() * scale_buf.double()[..., None]
+    return cache.double() * torch.tensor(scale, dtype=torch.float32).double()
+
+
+def write_kv_int8(cache: torch.Tensor, scale_buf: torch.Tensor, rows: torch.Tensor, slots: list[int],
+                  scale: float) -> None:
+    """Write new rows [N, H_kv, D] to slots of an int8 cache (in place), as the int8 operators do.
+
+    int8 rows are copied as they are (their scales are the caller's business);
+    float rows are quantized with the static scale, or dynamically with the
+    scale stored at [slot, head].
+    """
+    for i, slot in enumerate(slots):
+        if rows.dtype == torch.int8:
+            cache[slot] = rows[i]
+        elif math.isnan(scale):
+            q, s = quantize_int8(rows[i], None)
+            cache[slot] = q
+            scale_buf[slot] = s
+        else:
+            cache[slot] = quantize_int8(rows[i], scale)[0]

@@ -202,3 +202,47 @@ def extend_mutation(case, data) -> tuple[dict, str]:
     if kind == "logit_cap":
         return {"logit_cap": data.draw(st.sampled_from([-1.0, float("inf")]))}, "logit_cap"
     return {"q_extend": a["q_extend"].double()}, "q_extend has dtype Double"
+
+
+# ---- int8 KV cache -------------------------------------------------------------------------------
+# Scales: the issue's static values and NaN (dynamic per-token scales), K and V drawn independently.
+INT8_SCALES = [0.001, 0.01, 0.1, float("nan")]
+
+
+@st.composite
+def int8_decode_cases(draw):
+    """Any valid decode_attention_int8_cpu call (built by test_int8_kv_cache.int8_decode), unit-scale data."""
+    from test_int8_kv_cache import int8_decode
+
+    batch = draw(st.integers(1, 3))
+    lens = draw(st.lists(st.one_of(st.sampled_from(BLOCK_EDGES), st.integers(1, 150)), min_size=batch,
+                         max_size=batch))
+    heads_kv = draw(st.integers(1, 3))
+    dim = st.one_of(st.integers(1, 9), st.sampled_from([31, 32, 33, 64, 80]))
+    return int8_decode(lens, heads_kv * draw(st.sampled_from([1, 2, 4])), heads_kv, draw(dim), draw(dim),
+                       draw(st.sampled_from(FLOAT_DTYPES)), draw(st.sampled_from(INT8_SCALES)),
+                       draw(st.sampled_from(INT8_SCALES)), splits=draw(st.integers(1, 4)),
+                       new_int8=draw(st.booleans()), zero_rows=draw(st.booleans()),
+                       logit_cap=draw(st.sampled_from([0.0, 2.0])), seed=draw(st.integers(0, 2**31 - 1)),
+                       unit_data=True)
+
+
+@st.composite
+def int8_extend_cases(draw):
+    """Any valid extend_attention_int8_cpu call (test_int8_kv_cache.int8_extend on an extend Case), unit-scale data."""
+    from test_extend_attention import Case
+    from test_int8_kv_cache import int8_extend
+
+    batch = draw(st.integers(1, 3))
+    lengths = st.one_of(st.sampled_from(EXTEND_EDGES), st.integers(0, 70))
+    heads_kv = draw(st.integers(1, 3))
+    dim = st.one_of(st.integers(1, 9), st.sampled_from([31, 32, 33, 64]))
+    case = Case(draw(st.lists(lengths, min_size=batch, max_size=batch)),
+                draw(st.lists(lengths, min_size=batch, max_size=batch)),
+                heads=heads_kv * draw(st.sampled_from([1, 2, 4])), heads_kv=heads_kv, head_dim=draw(dim),
+                head_dim_v=draw(dim), dtype=draw(st.sampled_from(FLOAT_DTYPES)),
+                map_dtype=draw(st.sampled_from([torch.int32, torch.int64])),
+                logit_cap=draw(st.sampled_from([0.0, 2.0])), strided=draw(st.booleans()),
+                seed=draw(st.integers(0, 2**31 - 1)))
+    return int8_extend(case, draw(st.sampled_from(INT8_SCALES)), draw(st.sampled_from(INT8_SCALES)),
+                       new_int8=draw(st.booleans()), zero_rows=draw(st.booleans()), unit_data=True)

@@ -15,8 +15,8 @@ from hypothesis import strategies as st
 
 import rvv_attn
 from reference import write_kv as reference_write_kv
-from strategies import (decode_cases, decode_mutation, extend_cases, extend_mutation, kv_write_calls,
-                        kv_write_mutations)
+from strategies import (decode_cases, decode_mutation, extend_cases, extend_mutation, int8_decode_cases,
+                        int8_extend_cases, kv_write_calls, kv_write_mutations)
 
 
 @given(call=kv_write_calls())
@@ -73,3 +73,13 @@ def test_extend_rejects_invalid_calls_and_writes_nothing(kernel_variant, case, d
     with pytest.raises((RuntimeError, ValueError), match=re.escape(message)):
         case.run(**change)
     assert torch.equal(out, before), "o_extend changed although the call was rejected"
+
+
+@given(t=int8_decode_cases())
+def test_int8_decode_matches_reference(kernel_variant, t):
+    t.check()
+
+
+@given(t=int8_extend_cases())
+def test_int8_extend_matches_reference(kernel_variant, t):
+    t.check()

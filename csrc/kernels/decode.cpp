@@ -13,6 +13,14 @@
 // Pass 2, one work item per (sequence, query head): merge the non-empty
 // splits weighted by exp(lse_i - max lse) and narrow into output.
 //
+// int8 KV cache (p.kv_int8): the same code with the cache read through
+// vec::Int8Traits (vsext + vfwcvt to float32). A static K scale is folded
+// into the query's sm_scale and a static V scale into the final 1/l; with
+// dynamic scales the block's per-token scales are gathered before the
+// block's GEMMs ("pre-gather"), then applied once per head and block: the
+// score vector times the K scales, and the probabilities times the V scales
+// before P.V (the softmax sum uses the unscaled probabilities).
+//
 // One template over the dtype; vec.h supplies the per-dtype loads/stores
 // and the RVV or portable operations, so every variant runs this code.
 #include <cmath>
@@ -83,10 +91,12 @@ struct Scratch {
   float* base = nullptr;
 };
 
-template <DType T>
+template <DType T, bool Q8>
 struct Decode {
   using Tr = vec::Traits<T>;
   using Elem = typename Tr::Elem;
+  using KvTr = vec::CacheTraits<T, Q8>;  // the cache's elements: Tr, or int8
+  using KvElem = typename KvTr::Elem;
 
   // Pass 1 for work item (b, kv head hk, split s).
   static void split(const DecodeParams& p, Scratch& sc, int64_t item) {
@@ -107,11 +117,15 @@ struct Decode {
       return;
     }
 
+    // Dynamic (NaN) scales are per token; static ones fold into q and 1/l.
+    const bool k_dyn = Q8 && p.k_scale != p.k_scale, v_dyn = Q8 && p.v_scale != p.v_scale;
+    const float q_scale = Q8 && !k_dyn ? p.sm_scale * p.k_scale : p.sm_scale;
+    const float out_scale = Q8 && !v_dyn ? p.v_scale : 1.0f;
     for (int64_t g = 0; g < group; ++g) {
       const Elem* q = static_cast<const Elem*>(p.query) + b * p.query_stride_b + (h0 + g) * p.query_stride_h;
       for (int64_t c = 0; c < d_k;) {
         const size_t vl = vec::setvl(static_cast<size_t>(d_k - c));
-        vec::store(sc.q + g * d_k + c, vec::mul(Tr::load(q + c, vl), p.sm_scale, vl), vl);
+        vec::store(sc.q + g * d_k + c, vec::mul(Tr::load(q + c, vl), q_scale, vl), vl);
         c += static_cast<int64_t>(vl);
       }
       sc.m[g] = kNegInf;
@@ -119,10 +133,10 @@ struct Decode {
     }
     std::memset(sc.acc, 0, static_cast<size_t>(group * d_v) * sizeof(float));
 
-    const int64_t esz = static_cast<int64_t>(sizeof(Elem));
+    const int64_t esz = static_cast<int64_t>(sizeof(KvElem));
     const char* map_row = static_cast<const char*>(p.req_to_token) +
                           p.req_pool_indices[b] * p.req_to_token_stride * (p.req_to_token_is_int64 ? 8 : 4);
-    const Elem* k_base = static_cast<const Elem*>(p.k_buffer);
+    const KvElem* k_base = static_cast<const KvElem*>(p.k_buffer);
     const char* v_base = static_cast<const char*>(p.v_buffer);
 
     for (int64_t t0 = begin; t0 < end; t0 += static_cast<int64_t>(kBlockN)) {
@@ -132,17 +146,32 @@ struct Decode {
       // Pack: K gathered column by column into a [D][kBlockN] panel, V row by row.
       const vec::VIdx k_off =
           vec::row_offsets(slots, p.req_to_token_is_int64, p.k_stride_t * esz, hk * p.k_stride_h * esz, n);
-      for (int64_t d = 0; d < d_k; ++d) vec::store(sc.k_pack + d * kBlockN, Tr::gather(k_base + d, k_off, n), n);
+      for (int64_t d = 0; d < d_k; ++d) vec::store(sc.k_pack + d * kBlockN, KvTr::gather(k_base + d, k_off, n), n);
       vec::store_offsets(
           sc.v_off, vec::row_offsets(slots, p.req_to_token_is_int64, p.v_stride_t * esz, hk * p.v_stride_h * esz, n),
           n);
       for (size_t i = 0; i < n; ++i) {
-        const Elem* v = reinterpret_cast<const Elem*>(v_base + sc.v_off[i]);
+        const KvElem* v = reinterpret_cast<const KvElem*>(v_base + sc.v_off[i]);
         for (int64_t c = 0; c < d_v;) {
           const size_t vl = vec::setvl(static_cast<size_t>(d_v - c));
-          vec::store(sc.v_pack + i * d_v + c, Tr::load(v + c, vl), vl);
+          vec::store(sc.v_pack + i * d_v + c, KvTr::load(v + c, vl), vl);
           c += static_cast<int64_t>(vl);
         }
+      }
+
+      // Pre-gather the block's per-token scales (dynamic mode).
+      VF k_scales = vec::zeros(), v_scales = vec::zeros();
+      if (k_dyn) {
+        k_scales = vec::Traits<DType::Float32>::gather(
+            p.k_scale_buf,
+            vec::row_offsets(slots, p.req_to_token_is_int64, p.k_scale_stride_t * 4, hk * p.k_scale_stride_h * 4, n),
+            n);
+      }
+      if (v_dyn) {
+        v_scales = vec::Traits<DType::Float32>::gather(
+            p.v_scale_buf,
+            vec::row_offsets(slots, p.req_to_token_is_int64, p.v_scale_stride_t * 4, hk * p.v_scale_stride_h * 4, n),
+            n);
       }
 
       // Scores and the online-softmax update, head by head.
@@ -150,6 +179,7 @@ struct Decode {
         const float* q = sc.q + g * d_k;
         VF score = vec::zeros();
         for (int64_t d = 0; d < d_k; ++d) score = vec::fmacc(score, q[d], vec::load(sc.k_pack + d * kBlockN, n), n);
+        if (k_dyn) score = vec::mul(score, k_scales, n);
         if (p.logit_cap > 0.0f) score = vec::softcap(score, p.logit_cap, n);
         const float m_old = sc.m[g];
         const float block_max = vec::reduce_max(score, n);
@@ -160,7 +190,7 @@ struct Decode {
         sc.l[g] = sc.l[g] * alpha + vec::reduce_sum(prob, n);
         sc.m[g] = m_new;
         sc.alpha[g] = alpha;
-        vec::store(sc.probs + g * kBlockN, prob, n);
+        vec::store(sc.probs + g * kBlockN, v_dyn ? vec::mul(prob, v_scales, n) : prob, n);
       }
 
       // acc = acc * alpha + P . V_panel
@@ -179,7 +209,7 @@ struct Decode {
 
     for (int64_t g = 0; g < group; ++g) {
       float* out = logits_row(p, b, h0 + g, s);
-      const float inv = 1.0f / sc.l[g];
+      const float inv = out_scale / sc.l[g];
       for (int64_t c = 0; c < d_v;) {
         const size_t vl = vec::setvl(static_cast<size_t>(d_v - c));
         vec::store(out + c, vec::mul(vec::load(sc.acc + g * d_v + c, vl), inv, vl), vl);
@@ -255,9 +285,12 @@ struct Decode {
 bool decode_attention(const rvv_attn::DecodeParams& p, const rvv_attn::ThreadPool& pool) {
   if (p.batch == 0 || p.heads == 0) return true;
   switch (p.dtype) {
-    case DType::Float32: return Decode<DType::Float32>::run(p, pool);
-    case DType::BFloat16: return Decode<DType::BFloat16>::run(p, pool);
-    case DType::Float16: return Decode<DType::Float16>::run(p, pool);
+    case DType::Float32: return p.kv_int8 ? Decode<DType::Float32, true>::run(p, pool)
+                                          : Decode<DType::Float32, false>::run(p, pool);
+    case DType::BFloat16: return p.kv_int8 ? Decode<DType::BFloat16, true>::run(p, pool)
+                                           : Decode<DType::BFloat16, false>::run(p, pool);
+    case DType::Float16: return p.kv_int8 ? Decode<DType::Float16, true>::run(p, pool)
+                                          : Decode<DType::Float16, false>::run(p, pool);
   }
   return true;
 }

@@ -18,6 +18,14 @@
 //           v[BLOCK_N x Dv] and acc[r] = acc[r]*alpha + sum_j p[j] v[j].
 //   finish  o = acc / l, narrowed with round-to-nearest-even.
 //
+// int8 KV cache (p.kv_int8): the binding has already written the new
+// tokens into the cache, so stage 2 reads them from the cache too (slots
+// req_to_token[row, prefix + i]), through vec::Int8Traits. A static K scale
+// is folded into sm_scale, a static V scale into the final 1/l. Dynamic
+// scales are gathered per block before its GEMMs and applied once per query
+// row: the row's scores times the K scales, its probabilities times the V
+// scales (after the softmax sum, which needs the unscaled ones).
+//
 // A row's causal limit is a prefix of the block's keys (keys k0..q_index),
 // so masking is a shorter vector length for that row: no mask vector, no
 // -inf arithmetic, and a row that sees nothing of a block skips it.
@@ -105,9 +113,11 @@ struct PrefixRows {
   int64_t v_st;
   const void* map;
   bool map_int64;
-  vec::VIdx k_offsets(int64_t i0, size_t n) const {
+  vec::VIdx k_offsets(int64_t i0, size_t n) const { return slot_offsets(i0, n, k_row_bytes, 0); }
+  // Byte offsets slot(i) * row_bytes + base_bytes for keys i0 .. i0 + n.
+  vec::VIdx slot_offsets(int64_t i0, size_t n, int64_t row_bytes, int64_t base_bytes) const {
     const void* m = static_cast<const char*>(map) + i0 * (map_int64 ? 8 : 4);
-    return vec::row_offsets(m, map_int64, k_row_bytes, 0, n);
+    return vec::row_offsets(m, map_int64, row_bytes, base_bytes, n);
   }
   const E* v_row(int64_t i) const {
     const int64_t slot = map_int64 ? static_cast<const int64_t*>(map)[i] : static_cast<const int32_t*>(map)[i];
@@ -173,17 +183,22 @@ void score_tile(float* s, const float* q, const float* kt, int64_t rows, int64_t
 // the cap, updates the running max *m and sum *l, leaves p = exp(s - m_new)
 // in s and returns alpha = exp(m_old - m_new), the factor the row's
 // accumulator must be rescaled by.
-float online_softmax_step(float* s, int64_t n, float logit_cap, float* m, float* l) {
+// With ``scaled`` (int8 cache, dynamic scales), the scores are first
+// multiplied by the keys' scales k_sc, and the probabilities stored in s by
+// the values' scales v_sc (flags k_dyn / v_dyn); the sum l is unscaled.
+float online_softmax_step(float* s, int64_t n, float logit_cap, float* m, float* l, bool k_dyn, const vec::VF& k_sc,
+                          bool v_dyn, const vec::VF& v_sc) {
   const size_t vl = vec::setvl(static_cast<size_t>(n));
   vec::VF x = vec::load(s, vl);
+  if (k_dyn) x = vec::mul(x, k_sc, vl);
   if (logit_cap > 0) x = vec::softcap(x, logit_cap, vl);
   const float block_max = vec::reduce_max(x, vl);
   const float m_new = block_max > *m ? block_max : *m;
   // exp(-inf) = 0 on a row's first step: the empty accumulator stays 0.
   const float alpha = vec::exp_scalar(*m - m_new);
   const vec::VF pv = vec::exp(vec::sub(x, m_new, vl), vl);
-  vec::store(s, pv, vl);
   *l = *l * alpha + vec::reduce_sum(pv, vl);
+  vec::store(s, v_dyn ? vec::mul(pv, v_sc, vl) : pv, vl);
   *m = m_new;
   return alpha;
 }
@@ -244,17 +259,37 @@ struct Item {
   const rvv_attn::ExtendParams* p;
   Scratch w;
   int64_t rows;  // query rows in this block (<= BLOCK_M)
+  bool k_dyn, v_dyn;  // int8 cache with per-token K / V scales
+  int64_t hkv;        // the KV head
 };
 
 // Attend the item's rows to keys [k0, k0 + nb) of ``src``. ``diag`` < 0 for a
 // block every row sees in full; otherwise row r may see keys up to index
 // diag + r (stage 2: diag = the first row's index among the new tokens).
-template <typename Tr, typename Src>
+// Tr: the traits of the source's elements (the cache's for an int8 cache).
+// kQ8: the source is an int8 cache (PrefixRows), so dynamic scales apply.
+template <typename Tr, bool kQ8, typename Src>
 void attend_block(const Item& it, const Src& src, int64_t k0, int64_t nb, int64_t diag) {
   const rvv_attn::ExtendParams& p = *it.p;
   const Scratch& w = it.w;
   const int64_t Dv = p.head_dim_v;
   gather_k_transposed<Tr>(w.kt, src, k0, nb, p.head_dim);
+  // Pre-gather the block's per-token scales before its GEMMs.
+  vec::VF k_sc = vec::zeros(), v_sc = vec::zeros();
+  bool k_dyn = false, v_dyn = false;
+  if constexpr (kQ8) {
+    k_dyn = it.k_dyn;
+    v_dyn = it.v_dyn;
+    const size_t vl = vec::setvl(static_cast<size_t>(nb));
+    if (k_dyn) {
+      k_sc = vec::Traits<rvv_attn::DType::Float32>::gather(
+          p.k_scale_buf, src.slot_offsets(k0, vl, p.k_scale_stride_t * 4, it.hkv * p.k_scale_stride_h * 4), vl);
+    }
+    if (v_dyn) {
+      v_sc = vec::Traits<rvv_attn::DType::Float32>::gather(
+          p.v_scale_buf, src.slot_offsets(k0, vl, p.v_scale_stride_t * 4, it.hkv * p.v_scale_stride_h * 4), vl);
+    }
+  }
   score_tile(w.s, w.q, w.kt, it.rows, nb, p.head_dim);
   for (int64_t j = 0; j < nb; ++j) load_row<Tr>(w.v + j * Dv, src.v_row(k0 + j), Dv);
   for (int64_t r = 0; r < it.rows; ++r) {
@@ -265,15 +300,30 @@ void attend_block(const Item& it, const Src& src, int64_t k0, int64_t nb, int64_
       if (n == 0) continue;  // the whole block is in this row's future
     }
     float* s = w.s + r * BN;
-    const float alpha = online_softmax_step(s, n, p.logit_cap, &w.m[r], &w.l[r]);
+    const float alpha = online_softmax_step(s, n, p.logit_cap, &w.m[r], &w.l[r], k_dyn, k_sc, v_dyn, v_sc);
     rescale_accumulate(w.acc + r * Dv, alpha, s, n, w.v, Dv);
   }
 }
 
-template <rvv_attn::DType DT>
+// Stage 2 of an item whose first query row is new token m0: new tokens
+// 0 .. m0 + rows - 1 (the last row's own index), causally.
+template <typename Tr, bool kQ8, typename Src>
+void attend_new_tokens(const Item& it, const Src& src, int64_t m0) {
+  const int64_t keys = m0 + it.rows;
+  for (int64_t k0 = 0; k0 < keys; k0 += BN) {
+    const int64_t nb = keys - k0 < BN ? keys - k0 : BN;
+    // Only a block holding a key past the first row's own index needs the
+    // causal limit; the blocks before it are seen in full by every row.
+    attend_block<Tr, kQ8>(it, src, k0, nb, k0 + nb - 1 > m0 ? m0 : -1);
+  }
+}
+
+template <rvv_attn::DType DT, bool Q8>
 void run_item(const rvv_attn::ExtendParams& p, const Scratch& w, int64_t b, int64_t h, int64_t qb) {
   using Tr = vec::Traits<DT>;
   using E = typename Tr::Elem;
+  using KvTr = vec::CacheTraits<DT, Q8>;  // the cache's elements: Tr, or int8
+  using KvE = typename KvTr::Elem;
   const int64_t D = p.head_dim, Dv = p.head_dim_v;
   const int64_t ext = p.extend_lens[b], prefix = p.prefix_lens[b];
   const int64_t m0 = qb * BM;
@@ -281,50 +331,57 @@ void run_item(const rvv_attn::ExtendParams& p, const Scratch& w, int64_t b, int6
   const int64_t hkv = h / (p.heads / p.heads_kv);
   const int64_t start = p.extend_start[b];
   const int64_t row0 = start + m0;  // first query's row in q_extend / o_extend
-  const int64_t elem = static_cast<int64_t>(sizeof(E));
+  const int64_t elem = static_cast<int64_t>(sizeof(E)), kv_elem = static_cast<int64_t>(sizeof(KvE));
+  // int8 cache: dynamic (NaN) scales are per token; static ones fold into
+  // the query's scale and the output's 1/l.
+  const bool k_dyn = Q8 && p.k_scale != p.k_scale, v_dyn = Q8 && p.v_scale != p.v_scale;
+  const float q_scale = Q8 && !k_dyn ? p.sm_scale * p.k_scale : p.sm_scale;
+  const float out_scale = Q8 && !v_dyn ? p.v_scale : 1.0f;
 
   // Scores come out of the tile already scaled; the cap, if any, is applied
   // per row by vec::softcap (cap * tanh(s / cap)).
   const E* q = static_cast<const E*>(p.q) + row0 * p.q_stride_t + h * p.q_stride_h;
   for (int64_t r = 0; r < rows; ++r) {
-    load_row_scaled<Tr>(w.q + r * D, q + r * p.q_stride_t, D, p.sm_scale);
+    load_row_scaled<Tr>(w.q + r * D, q + r * p.q_stride_t, D, q_scale);
     w.m[r] = -std::numeric_limits<float>::infinity();
     w.l[r] = 0.f;
     fill_zero(w.acc + r * Dv, Dv);
   }
-  const Item it{&p, w, rows};
+  const Item it{&p, w, rows, k_dyn, v_dyn, hkv};
 
   // Stage 1: the cached prefix, all of it visible to every row.
-  const PrefixRows<E> pre{static_cast<const E*>(p.k_buffer) + hkv * p.k_buffer_stride_h,
-                          p.k_buffer_stride_t * elem,
-                          static_cast<const E*>(p.v_buffer) + hkv * p.v_buffer_stride_h,
+  const PrefixRows<KvE> pre{static_cast<const KvE*>(p.k_buffer) + hkv * p.k_buffer_stride_h,
+                          p.k_buffer_stride_t * kv_elem,
+                          static_cast<const KvE*>(p.v_buffer) + hkv * p.v_buffer_stride_h,
                           p.v_buffer_stride_t,
                           static_cast<const char*>(p.req_to_token) +
                               p.req_pool_indices[b] * p.req_to_token_stride * (p.req_to_token_is_int64 ? 8 : 4),
                           p.req_to_token_is_int64};
   for (int64_t k0 = 0; k0 < prefix; k0 += BN) {
-    attend_block<Tr>(it, pre, k0, prefix - k0 < BN ? prefix - k0 : BN, -1);
+    attend_block<KvTr, Q8>(it, pre, k0, prefix - k0 < BN ? prefix - k0 : BN, -1);
   }
 
-  // Stage 2: new tokens 0 .. m0 + rows - 1 (the last row's own index).
-  const ExtendRows<E> nw{static_cast<const E*>(p.k) + start * p.k_stride_t + hkv * p.k_stride_h, p.k_stride_t * elem,
-                         static_cast<const E*>(p.v) + start * p.v_stride_t + hkv * p.v_stride_h, p.v_stride_t};
-  const int64_t keys = m0 + rows;
-  for (int64_t k0 = 0; k0 < keys; k0 += BN) {
-    const int64_t nb = keys - k0 < BN ? keys - k0 : BN;
-    // Only a block holding a key past the first row's own index needs the
-    // causal limit; the blocks before it are seen in full by every row.
-    attend_block<Tr>(it, nw, k0, nb, k0 + nb - 1 > m0 ? m0 : -1);
+  // Stage 2: new tokens 0 .. m0 + rows - 1 (the last row's own index):
+  // from k_extend/v_extend, or, int8 cache, from their slots in the cache.
+  if constexpr (Q8) {
+    PrefixRows<KvE> cached = pre;
+    cached.map = static_cast<const char*>(pre.map) + prefix * (p.req_to_token_is_int64 ? 8 : 4);
+    attend_new_tokens<KvTr, true>(it, cached, m0);
+  } else {
+    const ExtendRows<E> nw{static_cast<const E*>(p.k) + start * p.k_stride_t + hkv * p.k_stride_h,
+                           p.k_stride_t * elem,
+                           static_cast<const E*>(p.v) + start * p.v_stride_t + hkv * p.v_stride_h, p.v_stride_t};
+    attend_new_tokens<Tr, false>(it, nw, m0);
   }
 
   E* o = static_cast<E*>(p.o) + row0 * p.o_stride_t + h * p.o_stride_h;
   for (int64_t r = 0; r < rows; ++r) {
     // Every row saw at least its own token, so l >= 1 (its max contributes exp(0)).
-    store_row_scaled<Tr>(o + r * p.o_stride_t, w.acc + r * Dv, Dv, 1.f / w.l[r]);
+    store_row_scaled<Tr>(o + r * p.o_stride_t, w.acc + r * Dv, Dv, out_scale / w.l[r]);
   }
 }
 
-template <rvv_attn::DType DT>
+template <rvv_attn::DType DT, bool Q8>
 void run_typed(const rvv_attn::ExtendParams& p, const rvv_attn::ThreadPool& pool) {
   struct Ctx {
     const rvv_attn::ExtendParams* p;
@@ -351,7 +408,7 @@ void run_typed(const rvv_attn::ExtendParams& p, const rvv_attn::ThreadPool& pool
           const int64_t mid = (lo + hi) / 2;
           (q.qblock_offsets[mid] <= block ? lo : hi) = mid;
         }
-        run_item<DT>(q, w, lo, h, block - q.qblock_offsets[lo]);
+        run_item<DT, Q8>(q, w, lo, h, block - q.qblock_offsets[lo]);
       }
     }
   };
@@ -368,9 +425,16 @@ int64_t extend_arena_bytes(int64_t head_dim, int64_t head_dim_v) {
 
 void extend_attention(const rvv_attn::ExtendParams& p, const rvv_attn::ThreadPool& pool) {
   switch (p.dtype) {
-    case rvv_attn::DType::Float32: run_typed<rvv_attn::DType::Float32>(p, pool); break;
-    case rvv_attn::DType::BFloat16: run_typed<rvv_attn::DType::BFloat16>(p, pool); break;
-    case rvv_attn::DType::Float16: run_typed<rvv_attn::DType::Float16>(p, pool); break;
+    case rvv_attn::DType::Float32:
+      p.kv_int8 ? run_typed<rvv_attn::DType::Float32, true>(p, pool) : run_typed<rvv_attn::DType::Float32, false>(p, pool);
+      break;
+    case rvv_attn::DType::BFloat16:
+      p.kv_int8 ? run_typed<rvv_attn::DType::BFloat16, true>(p, pool)
+                : run_typed<rvv_attn::DType::BFloat16, false>(p, pool);
+      break;
+    case rvv_attn::DType::Float16:
+      p.kv_int8 ? run_typed<rvv_attn::DType::Float16, true>(p, pool) : run_typed<rvv_attn::DType::Float16, false>(p, pool);
+      break;
   }
 }
 

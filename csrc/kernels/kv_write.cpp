@@ -2,10 +2,13 @@
 #include <cstring>
 
 #include "kernel_api.h"
+#include "kernels/vec.h"
 #include "variant.h"
 
 namespace RVV_ATTN_NS {
 namespace {
+
+using rvv_attn::DType;
 
 // Copies ``n`` elements of ``Bytes`` bytes each. The RVV build moves them with
 // unit-stride vector loads/stores of the element width; the portable build
@@ -14,7 +17,14 @@ namespace {
 template <int Bytes>
 inline void copy_row(void* dst, const void* src, int64_t n) {
 #if RVV_ATTN_HAS_RVV
-  if constexpr (Bytes == 4) {
+  if constexpr (Bytes == 1) {
+    auto* d = static_cast<int8_t*>(dst);
+    const auto* s = static_cast<const int8_t*>(src);
+    for (size_t vl; n > 0; n -= vl, s += vl, d += vl) {
+      vl = __riscv_vsetvl_e8m8(static_cast<size_t>(n));
+      __riscv_vse8_v_i8m8(d, __riscv_vle8_v_i8m8(s, vl), vl);
+    }
+  } else if constexpr (Bytes == 4) {
     auto* d = static_cast<uint32_t*>(dst);
     const auto* s = static_cast<const uint32_t*>(src);
     for (size_t vl; n > 0; n -= vl, s += vl, d += vl) {
@@ -22,7 +32,7 @@ inline void copy_row(void* dst, const void* src, int64_t n) {
       __riscv_vse32_v_u32m8(d, __riscv_vle32_v_u32m8(s, vl), vl);
     }
   } else {
-    static_assert(Bytes == 2, "kv rows are 2- or 4-byte elements");
+    static_assert(Bytes == 2, "kv rows are 1-, 2- or 4-byte elements");
     auto* d = static_cast<uint16_t*>(dst);
     const auto* s = static_cast<const uint16_t*>(src);
     for (size_t vl; n > 0; n -= vl, s += vl, d += vl) {
@@ -58,7 +68,80 @@ void write_kv_typed(const rvv_attn::KvWriteParams& p, const rvv_attn::ThreadPool
   pool.run(p.batch * p.heads_kv, &ctx, body);
 }
 
+// ---- int8 KV cache ----------------------------------------------------------
+
+// One cache row: dst[0:n] = quantized src[0:n]. ``scale`` > 0 is the static
+// scale; NaN asks for the row's dynamic scale max|x| / 127 (float32), which
+// becomes 1.0 when it is 0 (an all-zero row, or magnitudes below ~1e-43),
+// and is stored in *scale_out.
+template <DType T>
+void quantize_row(int8_t* dst, float* scale_out, const typename vec::Traits<T>::Elem* src, int64_t n, float scale) {
+  using Tr = vec::Traits<T>;
+  if (scale != scale) {
+    float amax = 0.0f;
+    for (int64_t c = 0; c < n;) {
+      const size_t vl = vec::setvl(static_cast<size_t>(n - c));
+      const float m = vec::reduce_max(vec::abs(Tr::load(src + c, vl), vl), vl);
+      amax = m > amax ? m : amax;
+      c += static_cast<int64_t>(vl);
+    }
+    scale = amax / 127.0f;
+    if (!(scale > 0.0f)) scale = 1.0f;
+    *scale_out = scale;
+  }
+  for (int64_t c = 0; c < n;) {
+    const size_t vl = vec::setvl(static_cast<size_t>(n - c));
+    vec::store_i8(dst + c, vec::div(Tr::load(src + c, vl), scale, vl), vl);
+    c += static_cast<int64_t>(vl);
+  }
+}
+
+// T: the dtype of key/value; kCopy: they are int8 already.
+template <DType T, bool kCopy>
+void write_kv_int8_typed(const rvv_attn::KvQuantWriteParams& p, const rvv_attn::ThreadPool& pool) {
+  struct Ctx {
+    const rvv_attn::KvQuantWriteParams* p;
+  } ctx{&p};
+  // One work item per (entry, kv head); slots are distinct (checked).
+  auto body = [](void* c, int64_t begin, int64_t end) {
+    const auto& q = *static_cast<Ctx*>(c)->p;
+    const rvv_attn::KvWriteParams& kv = q.kv;
+    using Elem = typename vec::Traits<T>::Elem;
+    for (int64_t i = begin; i < end; ++i) {
+      const int64_t e = i / kv.heads_kv, h = i % kv.heads_kv;
+      const int64_t slot = kv.loc[e], row = q.src_rows ? q.src_rows[e] : e;
+      int8_t* kd = static_cast<int8_t*>(kv.k_buffer) + slot * kv.k_buffer_stride_t + h * kv.k_buffer_stride_h;
+      int8_t* vd = static_cast<int8_t*>(kv.v_buffer) + slot * kv.v_buffer_stride_t + h * kv.v_buffer_stride_h;
+      const int64_t ks = row * kv.key_stride_b + h * kv.key_stride_h;
+      const int64_t vs = row * kv.value_stride_b + h * kv.value_stride_h;
+      if constexpr (kCopy) {
+        copy_row<1>(kd, static_cast<const int8_t*>(kv.key) + ks, kv.head_dim);
+        copy_row<1>(vd, static_cast<const int8_t*>(kv.value) + vs, kv.head_dim_v);
+      } else {
+        quantize_row<T>(kd, q.k_scale_buf + slot * q.k_scale_stride_t + h * q.k_scale_stride_h,
+                        static_cast<const Elem*>(kv.key) + ks, kv.head_dim, q.k_scale);
+        quantize_row<T>(vd, q.v_scale_buf + slot * q.v_scale_stride_t + h * q.v_scale_stride_h,
+                        static_cast<const Elem*>(kv.value) + vs, kv.head_dim_v, q.v_scale);
+      }
+    }
+  };
+  pool.run(p.kv.batch * p.kv.heads_kv, &ctx, body);
+}
+
 }  // namespace
+
+void write_kv_int8(const rvv_attn::KvQuantWriteParams& p, const rvv_attn::ThreadPool& pool) {
+  if (p.kv.batch == 0 || p.kv.heads_kv == 0) return;
+  if (p.src_int8) {
+    write_kv_int8_typed<DType::Float32, true>(p, pool);
+    return;
+  }
+  switch (p.kv.dtype) {
+    case DType::Float32: write_kv_int8_typed<DType::Float32, false>(p, pool); break;
+    case DType::BFloat16: write_kv_int8_typed<DType::BFloat16, false>(p, pool); break;
+    case DType::Float16: write_kv_int8_typed<DType::Float16, false>(p, pool); break;
+  }
+}
 
 void write_kv(const rvv_attn::KvWriteParams& p, const rvv_attn::ThreadPool& pool) {
   if (rvv_attn::dtype_bytes(p.dtype) == 4) {

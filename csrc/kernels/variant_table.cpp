@@ -13,6 +13,7 @@ bool decode_attention(const rvv_attn::DecodeParams&, const rvv_attn::ThreadPool&
 rvv_attn::ExtendBlocking extend_blocking();
 int64_t extend_arena_bytes(int64_t head_dim, int64_t head_dim_v);
 void extend_attention(const rvv_attn::ExtendParams&, const rvv_attn::ThreadPool&);
+void write_kv_int8(const rvv_attn::KvQuantWriteParams&, const rvv_attn::ThreadPool&);
 
 const rvv_attn::KernelTable& kernel_table() {
   static const rvv_attn::KernelTable table{
@@ -23,6 +24,7 @@ const rvv_attn::KernelTable& kernel_table() {
       &extend_blocking,
       &extend_arena_bytes,
       &extend_attention,
+      &write_kv_int8,
   };
   return table;
 }

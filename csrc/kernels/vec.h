@@ -438,5 +438,76 @@ inline VIdx strided_offsets(int64_t step_bytes, int64_t base_bytes, size_t vl) {
 }
 #endif
 
+// ===========================================================================
+// Added for the int8 KV cache (csrc/kernels/kv_write.cpp write_kv_int8,
+// decode.cpp and extend.cpp with kv_int8).
+//
+// Int8Traits: an int8 cache row segment widened to float32 (exact: sign
+// extension, then integer -> float conversion), by unit-stride or indexed
+// load; the scale is applied by the caller, once per token row or folded
+// into sm_scale / the output. CacheTraits<T, kInt8> picks the cache's traits.
+// mul(x, y): lane-wise product (a block's per-token scales). abs, div:
+// for the quantizer. store_i8: clamp to [-127, 127], round to nearest with
+// ties to even (the ABI's default rounding mode; the portable build uses
+// std::nearbyint under the same default), narrow to int8 and store.
+#if RVV_ATTN_HAS_RVV
+inline VF mul(VF x, VF y, size_t vl) { return __riscv_vfmul_vv_f32m4(x, y, vl); }
+inline VF abs(VF x, size_t vl) { return __riscv_vfabs_v_f32m4(x, vl); }
+inline VF div(VF x, float a, size_t vl) { return __riscv_vfdiv_vf_f32m4(x, a, vl); }
+inline void store_i8(int8_t* p, VF x, size_t vl) {
+  const VF c = __riscv_vfmin_vf_f32m4(__riscv_vfmax_vf_f32m4(x, -127.0f, vl), 127.0f, vl);
+  __riscv_vse8_v_i8m1(p, __riscv_vncvt_x_x_w_i8m1(__riscv_vfncvt_x_f_w_i16m2(c, vl), vl), vl);
+}
+struct Int8Traits {
+  using Elem = int8_t;
+  static VF widen(vint8m1_t b, size_t vl) { return __riscv_vfwcvt_f_x_v_f32m4(__riscv_vsext_vf2_i16m2(b, vl), vl); }
+  static VF load(const Elem* p, size_t vl) { return widen(__riscv_vle8_v_i8m1(p, vl), vl); }
+  static VF gather(const Elem* base, VIdx off, size_t vl) { return widen(__riscv_vluxei64_v_i8m1(base, off, vl), vl); }
+};
+#else
+inline VF mul(VF x, const VF& y, size_t vl) {
+  for (size_t i = 0; i < vl; ++i) x.v[i] *= y.v[i];
+  return x;
+}
+inline VF abs(VF x, size_t vl) {
+  for (size_t i = 0; i < vl; ++i) x.v[i] = std::fabs(x.v[i]);
+  return x;
+}
+inline VF div(VF x, float a, size_t vl) {
+  for (size_t i = 0; i < vl; ++i) x.v[i] /= a;
+  return x;
+}
+inline void store_i8(int8_t* p, const VF& x, size_t vl) {
+  for (size_t i = 0; i < vl; ++i) {
+    const float c = std::fmin(std::fmax(x.v[i], -127.0f), 127.0f);
+    p[i] = static_cast<int8_t>(std::nearbyint(c));
+  }
+}
+struct Int8Traits {
+  using Elem = int8_t;
+  static VF load(const Elem* p, size_t vl) {
+    VF r{};
+    for (size_t i = 0; i < vl; ++i) r.v[i] = static_cast<float>(p[i]);
+    return r;
+  }
+  static VF gather(const Elem* base, const VIdx& off, size_t vl) {
+    VF r{};
+    for (size_t i = 0; i < vl; ++i) r.v[i] = static_cast<float>(base[off.v[i]]);
+    return r;
+  }
+};
+#endif
+
+template <DType T, bool kInt8>
+struct CacheTraitsOf {
+  using type = Traits<T>;
+};
+template <DType T>
+struct CacheTraitsOf<T, true> {
+  using type = Int8Traits;
+};
+template <DType T, bool kInt8>
+using CacheTraits = typename CacheTraitsOf<T, kInt8>::type;
+
 }  // namespace vec
 }  // namespace RVV_ATTN_NS

@@ -9,33 +9,41 @@
 
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "checks.h"
 #include "kernel_api.h"
+#include "ops/attention.h"
+#include "ops/int8_kv.h"
 #include "ops/kv_write.h"
 #include "ops/runtime.h"
 #include "token_map.h"
 
 namespace rvv_attn {
-namespace {
+namespace ops {
 
-constexpr const char* kOp = "rvv_attn.decode_attention_cpu";
-
-void decode_attention_cpu(const at::Tensor& query, at::Tensor& k_buffer, at::Tensor& v_buffer, at::Tensor& output,
-                          const at::Tensor& key, const at::Tensor& value, const at::Tensor& loc,
-                          at::Tensor& attn_logits, const at::Tensor& req_to_token,
-                          const at::Tensor& req_pool_indices, const at::Tensor& seq_lens, double sm_scale,
-                          double logit_cap) {
+void decode_attention(const char* op, const Int8KvArgs* int8, const at::Tensor& query, at::Tensor& k_buffer,
+                      at::Tensor& v_buffer, at::Tensor& output, const at::Tensor& key, const at::Tensor& value,
+                      const at::Tensor& loc, at::Tensor& attn_logits, const at::Tensor& req_to_token,
+                      const at::Tensor& req_pool_indices, const at::Tensor& seq_lens, double sm_scale,
+                      double logit_cap) {
   using namespace checks;
-  const char* op = kOp;
   rank(op, "query", query, 3, "[B, H, D]");
   rank(op, "output", output, 3, "[B, H, Dv]");
   rank(op, "attn_logits", attn_logits, 4, "[B, H, num_kv_splits, Dv + 1]");
+  Int8Setup q8{};
+  bool new_int8 = false;
+  if (int8) {
+    rank(op, "k_buffer", k_buffer, 3, "[max_total_tokens, H_kv, D]");
+    rank(op, "v_buffer", v_buffer, 3, "[max_total_tokens, H_kv, Dv]");
+    q8 = check_int8_args(op, *int8, k_buffer, v_buffer);
+    new_int8 = check_new_kv_dtype(op, "key", key, "value", value, "query", query);
+  }
   // Ranks, dtypes and sizes of the KV write's arguments, and every loc slot.
-  const ops::PreparedKvWrite kv_write = ops::prepare_kv_write(op, k_buffer, v_buffer, key, value, loc);
+  const ops::PreparedKvWrite kv_write = ops::prepare_kv_write(op, k_buffer, v_buffer, key, value, loc, int8 != nullptr);
 
   const DType dtype = float_dtype(op, "query", query);
-  same_dtype(op, "k_buffer", k_buffer, "query", query);
+  if (!int8) same_dtype(op, "k_buffer", k_buffer, "query", query);
   same_dtype(op, "output", output, "query", query);
   TORCH_CHECK(attn_logits.scalar_type() == at::kFloat, op, ": attn_logits must have dtype float32, got ",
               attn_logits.scalar_type());
@@ -68,8 +76,30 @@ void decode_attention_cpu(const at::Tensor& query, at::Tensor& k_buffer, at::Ten
       op, req_to_token, req_pool_indices, "seq_lens", seq_lens, std::min(k_buffer.size(0), v_buffer.size(0)),
       /*min_len=*/1, "every sequence includes the token written at loc this step");
 
+  if (int8) {
+    if (!new_int8) {
+      check_finite_rows(op, "key", key, at::Tensor());
+      check_finite_rows(op, "value", value, at::Tensor());
+    }
+    // Slots whose scale this call computes (float rows, dynamic mode) are
+    // not read from the buffer; every other dynamic scale read is checked.
+    std::vector<bool> fresh_k(static_cast<size_t>(k_buffer.size(0)), false);
+    std::vector<bool> fresh_v(static_cast<size_t>(v_buffer.size(0)), false);
+    if (!new_int8) {
+      for (int64_t b = 0; b < batch; ++b) {
+        fresh_k[static_cast<size_t>(kv_write.params.loc[b])] = q8.k_dyn;
+        fresh_v[static_cast<size_t>(kv_write.params.loc[b])] = q8.v_dyn;
+      }
+    }
+    check_read_scales(op, q8, maps, fresh_k, fresh_v);
+  }
+
   if (batch == 0) return;
-  ops::run_kv_write(kv_write);
+  if (int8) {
+    run_int8_write(q8, kv_write.params, new_int8, nullptr);
+  } else {
+    ops::run_kv_write(kv_write);
+  }
   if (heads == 0) return;
 
   DecodeParams p{};
@@ -104,8 +134,22 @@ void decode_attention_cpu(const at::Tensor& query, at::Tensor& k_buffer, at::Ten
   p.seq_lens = maps.lengths();
   p.sm_scale = static_cast<float>(sm_scale);
   p.logit_cap = static_cast<float>(logit_cap);
+  if (int8) set_int8_params(p, q8);
   TORCH_CHECK(ops::kernels().decode_attention(p, ops::torch_pool()), op,
               ": a worker could not allocate its scratch memory; output is incomplete");
+}
+
+}  // namespace ops
+
+namespace {
+
+void decode_attention_cpu(const at::Tensor& query, at::Tensor& k_buffer, at::Tensor& v_buffer, at::Tensor& output,
+                          const at::Tensor& key, const at::Tensor& value, const at::Tensor& loc,
+                          at::Tensor& attn_logits, const at::Tensor& req_to_token,
+                          const at::Tensor& req_pool_indices, const at::Tensor& seq_lens, double sm_scale,
+                          double logit_cap) {
+  ops::decode_attention("rvv_attn.decode_attention_cpu", nullptr, query, k_buffer, v_buffer, output, key, value, loc,
+                        attn_logits, req_to_token, req_pool_indices, seq_lens, sm_scale, logit_cap);
 }
 
 }  // namespace

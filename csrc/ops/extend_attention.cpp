@@ -17,6 +17,8 @@
 
 #include "checks.h"
 #include "kernel_api.h"
+#include "ops/attention.h"
+#include "ops/int8_kv.h"
 #include "ops/runtime.h"
 #include "token_map.h"
 
@@ -27,60 +29,65 @@ constexpr const char* kOp = "rvv_attn.extend_attention_cpu";
 constexpr int64_t kMaxHeadDim = 256;
 
 // Shapes and dtypes of the ten tensors; returns the element dtype.
-DType check_layout(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& o,
+DType check_layout(const char* op, bool int8, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& o,
                    const at::Tensor& k_buffer, const at::Tensor& v_buffer, const at::Tensor& req_to_token,
                    const at::Tensor& req_pool_indices, const at::Tensor& seq_lens,
                    const at::Tensor& extend_seq_lens, const at::Tensor& extend_start_loc) {
   using namespace checks;
-  rank(kOp, "q_extend", q, 3, "[T, H, D]");
-  rank(kOp, "k_extend", k, 3, "[T, H_kv, D]");
-  rank(kOp, "v_extend", v, 3, "[T, H_kv, Dv]");
-  rank(kOp, "o_extend", o, 3, "[T, H, Dv]");
-  rank(kOp, "k_buffer", k_buffer, 3, "[max_total_tokens, H_kv, D]");
-  rank(kOp, "v_buffer", v_buffer, 3, "[max_total_tokens, H_kv, Dv]");
-  rank(kOp, "extend_seq_lens", extend_seq_lens, 1, "[B]");
-  rank(kOp, "extend_start_loc", extend_start_loc, 1, "[B]");
+  rank(op, "q_extend", q, 3, "[T, H, D]");
+  rank(op, "k_extend", k, 3, "[T, H_kv, D]");
+  rank(op, "v_extend", v, 3, "[T, H_kv, Dv]");
+  rank(op, "o_extend", o, 3, "[T, H, Dv]");
+  rank(op, "k_buffer", k_buffer, 3, "[max_total_tokens, H_kv, D]");
+  rank(op, "v_buffer", v_buffer, 3, "[max_total_tokens, H_kv, Dv]");
+  rank(op, "extend_seq_lens", extend_seq_lens, 1, "[B]");
+  rank(op, "extend_start_loc", extend_start_loc, 1, "[B]");
 
-  const DType dtype = float_dtype(kOp, "q_extend", q);
-  same_dtype(kOp, "k_extend", k, "q_extend", q);
-  same_dtype(kOp, "v_extend", v, "q_extend", q);
-  same_dtype(kOp, "o_extend", o, "q_extend", q);
-  same_dtype(kOp, "k_buffer", k_buffer, "q_extend", q);
-  same_dtype(kOp, "v_buffer", v_buffer, "q_extend", q);
-  index_dtype(kOp, "extend_seq_lens", extend_seq_lens, {at::kLong});
-  index_dtype(kOp, "extend_start_loc", extend_start_loc, {at::kLong});
+  const DType dtype = float_dtype(op, "q_extend", q);
+  same_dtype(op, "o_extend", o, "q_extend", q);
+  if (!int8) {
+    // (The int8 operator checks its caches and new K/V itself.)
+    not_int8_cache(op, "k_buffer", k_buffer);
+    not_int8_cache(op, "v_buffer", v_buffer);
+    same_dtype(op, "k_extend", k, "q_extend", q);
+    same_dtype(op, "v_extend", v, "q_extend", q);
+    same_dtype(op, "k_buffer", k_buffer, "q_extend", q);
+    same_dtype(op, "v_buffer", v_buffer, "q_extend", q);
+  }
+  index_dtype(op, "extend_seq_lens", extend_seq_lens, {at::kLong});
+  index_dtype(op, "extend_start_loc", extend_start_loc, {at::kLong});
 
   const int64_t tokens = q.size(0), heads = q.size(1), head_dim = q.size(2);
   const int64_t heads_kv = k.size(1), head_dim_v = v.size(2);
-  size_is(kOp, "k_extend", k, 0, tokens, "q_extend.size(0) (T)");
-  size_is(kOp, "v_extend", v, 0, tokens, "q_extend.size(0) (T)");
-  size_is(kOp, "o_extend", o, 0, tokens, "q_extend.size(0) (T)");
-  size_is(kOp, "k_extend", k, 2, head_dim, "q_extend.size(2) (D)");
-  size_is(kOp, "k_buffer", k_buffer, 2, head_dim, "q_extend.size(2) (D)");
-  size_is(kOp, "v_extend", v, 1, heads_kv, "k_extend.size(1) (H_kv)");
-  size_is(kOp, "k_buffer", k_buffer, 1, heads_kv, "k_extend.size(1) (H_kv)");
-  size_is(kOp, "v_buffer", v_buffer, 1, heads_kv, "k_extend.size(1) (H_kv)");
-  size_is(kOp, "o_extend", o, 1, heads, "q_extend.size(1) (H)");
-  size_is(kOp, "o_extend", o, 2, head_dim_v, "v_extend.size(2) (Dv)");
-  size_is(kOp, "v_buffer", v_buffer, 2, head_dim_v, "v_extend.size(2) (Dv)");
-  TORCH_CHECK(heads_kv > 0 && heads % heads_kv == 0, kOp, ": q_extend has H = ", heads,
+  size_is(op, "k_extend", k, 0, tokens, "q_extend.size(0) (T)");
+  size_is(op, "v_extend", v, 0, tokens, "q_extend.size(0) (T)");
+  size_is(op, "o_extend", o, 0, tokens, "q_extend.size(0) (T)");
+  size_is(op, "k_extend", k, 2, head_dim, "q_extend.size(2) (D)");
+  size_is(op, "k_buffer", k_buffer, 2, head_dim, "q_extend.size(2) (D)");
+  size_is(op, "v_extend", v, 1, heads_kv, "k_extend.size(1) (H_kv)");
+  size_is(op, "k_buffer", k_buffer, 1, heads_kv, "k_extend.size(1) (H_kv)");
+  size_is(op, "v_buffer", v_buffer, 1, heads_kv, "k_extend.size(1) (H_kv)");
+  size_is(op, "o_extend", o, 1, heads, "q_extend.size(1) (H)");
+  size_is(op, "o_extend", o, 2, head_dim_v, "v_extend.size(2) (Dv)");
+  size_is(op, "v_buffer", v_buffer, 2, head_dim_v, "v_extend.size(2) (Dv)");
+  TORCH_CHECK(heads_kv > 0 && heads % heads_kv == 0, op, ": q_extend has H = ", heads,
               " heads, which is not a multiple of H_kv = ", heads_kv, " (k_extend.size(1))");
-  TORCH_CHECK(head_dim >= 1 && head_dim <= kMaxHeadDim, kOp, ": head dim D = ", head_dim,
+  TORCH_CHECK(head_dim >= 1 && head_dim <= kMaxHeadDim, op, ": head dim D = ", head_dim,
               " (q_extend.size(2)) is outside [1, ", kMaxHeadDim, "]");
-  TORCH_CHECK(head_dim_v >= 1 && head_dim_v <= kMaxHeadDim, kOp, ": value head dim Dv = ", head_dim_v,
+  TORCH_CHECK(head_dim_v >= 1 && head_dim_v <= kMaxHeadDim, op, ": value head dim Dv = ", head_dim_v,
               " (v_extend.size(2)) is outside [1, ", kMaxHeadDim, "]");
 
   const int64_t batch = extend_seq_lens.size(0);
-  token_map::check_layout(kOp, req_to_token, req_pool_indices, "seq_lens", seq_lens, batch);
-  size_is(kOp, "extend_start_loc", extend_start_loc, 0, batch, "extend_seq_lens.size(0) (B)");
+  token_map::check_layout(op, req_to_token, req_pool_indices, "seq_lens", seq_lens, batch);
+  size_is(op, "extend_start_loc", extend_start_loc, 0, batch, "extend_seq_lens.size(0) (B)");
 
   for (auto [name, t] : {std::pair<const char*, const at::Tensor*>{"q_extend", &q}, {"k_extend", &k},
                          {"v_extend", &v}, {"o_extend", &o}, {"k_buffer", &k_buffer}, {"v_buffer", &v_buffer}}) {
-    dense_last_dim(kOp, name, *t);
+    dense_last_dim(op, name, *t);
   }
   // Workers write o_extend rows while others still read their inputs, so
   // o_extend may share memory with none of them, nor repeat an element.
-  TORCH_CHECK(at::has_internal_overlap(o) != at::MemOverlap::Yes, kOp,
+  TORCH_CHECK(at::has_internal_overlap(o) != at::MemOverlap::Yes, op,
               ": o_extend has overlapping elements (strides ", c10::str(o.strides()), "); it must be writable row by row");
   for (auto [name, t] : {std::pair<const char*, const at::Tensor*>{"q_extend", &q}, {"k_extend", &k},
                          {"v_extend", &v}, {"k_buffer", &k_buffer}, {"v_buffer", &v_buffer}}) {
@@ -88,7 +95,7 @@ DType check_layout(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v
     const at::MemOverlapStatus status = at::get_overlap_status(o, *t);
     const bool shared = status == at::MemOverlapStatus::Full || status == at::MemOverlapStatus::Partial ||
                         (status == at::MemOverlapStatus::TooHard && o.storage().is_alias_of(t->storage()));
-    TORCH_CHECK(!shared, kOp, ": o_extend shares memory with ", name, "; the output must be a separate tensor");
+    TORCH_CHECK(!shared, op, ": o_extend shares memory with ", name, "; the output must be a separate tensor");
   }
   return dtype;
 }
@@ -96,7 +103,7 @@ DType check_layout(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v
 // Per-sequence lengths and extend row ranges. ``ext``, ``seq``, ``start``
 // are the contiguous int64 copies of extend_seq_lens, seq_lens and
 // extend_start_loc.
-void check_extend_ranges(const at::Tensor& ext_t, const at::Tensor& seq_t, const at::Tensor& start_t,
+void check_extend_ranges(const char* op, const at::Tensor& ext_t, const at::Tensor& seq_t, const at::Tensor& start_t,
                          int64_t tokens, int64_t max_len_extend) {
   const int64_t batch = ext_t.numel();
   const int64_t* ext = ext_t.data_ptr<int64_t>();
@@ -104,14 +111,14 @@ void check_extend_ranges(const at::Tensor& ext_t, const at::Tensor& seq_t, const
   const int64_t* start = start_t.data_ptr<int64_t>();
   std::vector<std::pair<int64_t, int64_t>> ranges;  // (start, b) of the non-empty extends
   for (int64_t b = 0; b < batch; ++b) {
-    TORCH_CHECK(ext[b] >= 0, kOp, ": extend_seq_lens[", b, "] = ", ext[b], " is negative");
-    TORCH_CHECK(seq[b] >= 0, kOp, ": seq_lens[", b, "] = ", seq[b], " is negative");
-    TORCH_CHECK(ext[b] <= seq[b], kOp, ": extend_seq_lens[", b, "] = ", ext[b], " exceeds seq_lens[", b,
+    TORCH_CHECK(ext[b] >= 0, op, ": extend_seq_lens[", b, "] = ", ext[b], " is negative");
+    TORCH_CHECK(seq[b] >= 0, op, ": seq_lens[", b, "] = ", seq[b], " is negative");
+    TORCH_CHECK(ext[b] <= seq[b], op, ": extend_seq_lens[", b, "] = ", ext[b], " exceeds seq_lens[", b,
                 "] = ", seq[b], " (the new tokens are part of the sequence)");
-    TORCH_CHECK(ext[b] <= max_len_extend, kOp, ": extend_seq_lens[", b, "] = ", ext[b],
+    TORCH_CHECK(ext[b] <= max_len_extend, op, ": extend_seq_lens[", b, "] = ", ext[b],
                 " exceeds max_len_extend = ", max_len_extend);
     // Written so that no sum can overflow: start <= T and ext <= T - start.
-    TORCH_CHECK(start[b] >= 0 && start[b] <= tokens && ext[b] <= tokens - start[b], kOp, ": extend_start_loc[",
+    TORCH_CHECK(start[b] >= 0 && start[b] <= tokens && ext[b] <= tokens - start[b], op, ": extend_start_loc[",
                 b, "] = ", start[b], " with extend_seq_lens[", b, "] = ", ext[b],
                 " runs outside the T = ", tokens, " rows of q_extend");
     if (ext[b] > 0) ranges.emplace_back(start[b], b);
@@ -120,41 +127,116 @@ void check_extend_ranges(const at::Tensor& ext_t, const at::Tensor& seq_t, const
   std::sort(ranges.begin(), ranges.end());
   for (size_t i = 1; i < ranges.size(); ++i) {
     const int64_t a = ranges[i - 1].second, b = ranges[i].second;
-    TORCH_CHECK(start[a] + ext[a] <= start[b], kOp, ": the extend rows of sequences ", a, " and ", b,
+    TORCH_CHECK(start[a] + ext[a] <= start[b], op, ": the extend rows of sequences ", a, " and ", b,
                 " overlap: extend_start_loc[", a, "] = ", start[a], " with extend_seq_lens[", a, "] = ", ext[a],
                 " reaches row ", start[a] + ext[a] - 1, ", past extend_start_loc[", b, "] = ", start[b]);
   }
 }
 
-void extend_attention_cpu(const at::Tensor& q_extend, const at::Tensor& k_extend, const at::Tensor& v_extend,
-                          at::Tensor& o_extend, const at::Tensor& k_buffer, const at::Tensor& v_buffer,
-                          const at::Tensor& req_to_token, const at::Tensor& req_pool_indices,
-                          const at::Tensor& seq_lens, const at::Tensor& extend_seq_lens,
-                          const at::Tensor& extend_start_loc, int64_t max_len_extend, double sm_scale,
-                          double logit_cap) {
-  const DType dtype = check_layout(q_extend, k_extend, v_extend, o_extend, k_buffer, v_buffer, req_to_token,
+}  // namespace
+
+void ops::extend_attention(const char* op, const ops::Int8KvArgs* int8, const at::Tensor& q_extend,
+                           const at::Tensor& k_extend, const at::Tensor& v_extend, at::Tensor& o_extend,
+                           const at::Tensor& k_buffer, const at::Tensor& v_buffer, const at::Tensor& req_to_token,
+                           const at::Tensor& req_pool_indices, const at::Tensor& seq_lens,
+                           const at::Tensor& extend_seq_lens, const at::Tensor& extend_start_loc,
+                           int64_t max_len_extend, double sm_scale, double logit_cap) {
+  ops::Int8Setup q8{};
+  bool new_int8 = false;
+  if (int8) {
+    checks::rank(op, "k_buffer", k_buffer, 3, "[max_total_tokens, H_kv, D]");
+    checks::rank(op, "v_buffer", v_buffer, 3, "[max_total_tokens, H_kv, Dv]");
+    checks::rank(op, "q_extend", q_extend, 3, "[T, H, D]");
+    q8 = ops::check_int8_args(op, *int8, k_buffer, v_buffer);
+    new_int8 = ops::check_new_kv_dtype(op, "k_extend", k_extend, "v_extend", v_extend, "q_extend", q_extend);
+  }
+  const DType dtype = check_layout(op, int8 != nullptr, q_extend, k_extend, v_extend, o_extend, k_buffer, v_buffer, req_to_token,
                                    req_pool_indices, seq_lens, extend_seq_lens, extend_start_loc);
-  TORCH_CHECK(std::isfinite(sm_scale) && std::isfinite(static_cast<float>(sm_scale)), kOp, ": sm_scale = ",
+  TORCH_CHECK(std::isfinite(sm_scale) && std::isfinite(static_cast<float>(sm_scale)), op, ": sm_scale = ",
               sm_scale, " is not a finite float32");
   // NaN fails both comparisons. A cap of +inf would compute inf * tanh(0).
-  TORCH_CHECK(logit_cap >= 0 && std::isfinite(static_cast<float>(logit_cap)), kOp, ": logit_cap = ", logit_cap,
+  TORCH_CHECK(logit_cap >= 0 && std::isfinite(static_cast<float>(logit_cap)), op, ": logit_cap = ", logit_cap,
               " must be a finite value >= 0 (0 disables the cap)");
-  TORCH_CHECK(max_len_extend >= 0, kOp, ": max_len_extend = ", max_len_extend, " is negative");
+  TORCH_CHECK(max_len_extend >= 0, op, ": max_len_extend = ", max_len_extend, " is negative");
 
   const at::Tensor ext = extend_seq_lens.contiguous();
   const at::Tensor seq = seq_lens.contiguous();
   const at::Tensor start = extend_start_loc.contiguous();
   const int64_t tokens = q_extend.size(0), batch = seq.numel();
-  check_extend_ranges(ext, seq, start, tokens, max_len_extend);
+  check_extend_ranges(op, ext, seq, start, tokens, max_len_extend);
   at::Tensor prefix = at::empty({batch}, at::kLong);  // seq_lens - extend_seq_lens, >= 0 by now
   for (int64_t b = 0; b < batch; ++b) {
     prefix.data_ptr<int64_t>()[b] = seq.data_ptr<int64_t>()[b] - ext.data_ptr<int64_t>()[b];
   }
-  // The kernel reads the map only for prefix tokens: those pool rows and
-  // slots are checked (entries for the new tokens are not read).
+  // The float kernel reads the map only for prefix tokens: those pool rows
+  // and slots are checked (entries for the new tokens are not read). The
+  // int8 operator also writes the new tokens to their slots
+  // req_to_token[row, prefix + i] and reads them from there: all seq_lens
+  // entries are checked, and the written slots must be distinct.
   const token_map::CheckedTokenMaps maps =
-      token_map::check_values(kOp, req_to_token, req_pool_indices, "prefix_lens (seq_lens - extend_seq_lens)",
-                              prefix, std::min(k_buffer.size(0), v_buffer.size(0)), 0, "");
+      int8 ? token_map::check_values(op, req_to_token, req_pool_indices, "seq_lens", seq, 
+                                     std::min(k_buffer.size(0), v_buffer.size(0)), 0, "")
+           : token_map::check_values(op, req_to_token, req_pool_indices, "prefix_lens (seq_lens - extend_seq_lens)",
+                                     prefix, std::min(k_buffer.size(0), v_buffer.size(0)), 0, "");
+  at::Tensor write_rows, write_slots;  // int8: row of k_extend/v_extend -> cache slot
+  if (int8) {
+    int64_t n = 0;
+    for (int64_t b = 0; b < batch; ++b) n += ext.data_ptr<int64_t>()[b];
+    write_rows = at::empty({n}, at::kLong);
+    write_slots = at::empty({n}, at::kLong);
+    int64_t* rows = write_rows.data_ptr<int64_t>();
+    int64_t* slots = write_slots.data_ptr<int64_t>();
+    const token_map::MapView map = maps.map();
+    std::vector<int64_t> owner(static_cast<size_t>(std::min(k_buffer.size(0), v_buffer.size(0))), -1);
+    int64_t i = 0;
+    for (int64_t b = 0; b < batch; ++b) {
+      const int64_t pre = prefix.data_ptr<int64_t>()[b], row = maps.pool_indices()[b];
+      for (int64_t j = 0; j < ext.data_ptr<int64_t>()[b]; ++j, ++i) {
+        rows[i] = start.data_ptr<int64_t>()[b] + j;
+        slots[i] = map.at(row, pre + j);
+        int64_t& first = owner[static_cast<size_t>(slots[i])];
+        TORCH_CHECK(first < 0, op, ": req_to_token[", row, ", ", pre + j, "] = ", slots[i],
+                    " names a cache slot that another new token (row ", first,
+                    " of k_extend) is written to as well; each new token needs its own slot");
+        first = rows[i];
+      }
+    }
+    if (!new_int8) {
+      ops::check_finite_rows(op, "k_extend", k_extend, write_rows);
+      ops::check_finite_rows(op, "v_extend", v_extend, write_rows);
+    }
+    std::vector<bool> fresh_k(static_cast<size_t>(k_buffer.size(0)), false);
+    std::vector<bool> fresh_v(static_cast<size_t>(v_buffer.size(0)), false);
+    if (!new_int8) {
+      for (int64_t k = 0; k < n; ++k) {
+        fresh_k[static_cast<size_t>(slots[k])] = q8.k_dyn;
+        fresh_v[static_cast<size_t>(slots[k])] = q8.v_dyn;
+      }
+    }
+    ops::check_read_scales(op, q8, maps, fresh_k, fresh_v);
+
+    // Everything is checked: write the new tokens into the cache.
+    KvWriteParams kv{};
+    kv.dtype = dtype;
+    kv.batch = n;
+    kv.heads_kv = k_extend.size(1);
+    kv.head_dim = k_extend.size(2);
+    kv.head_dim_v = v_extend.size(2);
+    kv.key = k_extend.data_ptr();
+    kv.key_stride_b = k_extend.stride(0);
+    kv.key_stride_h = k_extend.stride(1);
+    kv.value = v_extend.data_ptr();
+    kv.value_stride_b = v_extend.stride(0);
+    kv.value_stride_h = v_extend.stride(1);
+    kv.k_buffer = const_cast<void*>(k_buffer.data_ptr());
+    kv.k_buffer_stride_t = k_buffer.stride(0);
+    kv.k_buffer_stride_h = k_buffer.stride(1);
+    kv.v_buffer = const_cast<void*>(v_buffer.data_ptr());
+    kv.v_buffer_stride_t = v_buffer.stride(0);
+    kv.v_buffer_stride_h = v_buffer.stride(1);
+    kv.loc = slots;
+    ops::run_int8_write(q8, kv, new_int8, rows);
+  }
 
   const KernelTable& table = ops::kernels();
   const ExtendBlocking blocking = table.extend_blocking();
@@ -212,7 +294,21 @@ void extend_attention_cpu(const at::Tensor& q_extend, const at::Tensor& k_extend
   p.qblock_offsets = offsets;
   p.arena = arena.data_ptr();
   p.workers = workers;
+  if (int8) ops::set_int8_params(p, q8);
   table.extend_attention(p, ops::torch_pool());
+}
+
+namespace {
+
+void extend_attention_cpu(const at::Tensor& q_extend, const at::Tensor& k_extend, const at::Tensor& v_extend,
+                          at::Tensor& o_extend, const at::Tensor& k_buffer, const at::Tensor& v_buffer,
+                          const at::Tensor& req_to_token, const at::Tensor& req_pool_indices,
+                          const at::Tensor& seq_lens, const at::Tensor& extend_seq_lens,
+                          const at::Tensor& extend_start_loc, int64_t max_len_extend, double sm_scale,
+                          double logit_cap) {
+  ops::extend_attention(kOp, nullptr, q_extend, k_extend, v_extend, o_extend, k_buffer, v_buffer, req_to_token,
+                        req_pool_indices, seq_lens, extend_seq_lens, extend_start_loc, max_len_extend, sm_scale,
+                        logit_cap);
 }
 
 // [BLOCK_M, BLOCK_N, arena bytes per worker] of the active variant for the

@@ -31,17 +31,27 @@ void check_slots(const char* op, const at::Tensor& loc, int64_t k_slots, int64_t
 }  // namespace
 
 PreparedKvWrite prepare_kv_write(const char* op, const at::Tensor& k_buffer, const at::Tensor& v_buffer,
-                                 const at::Tensor& key, const at::Tensor& value, const at::Tensor& loc) {
+                                 const at::Tensor& key, const at::Tensor& value, const at::Tensor& loc,
+                                 bool int8_cache) {
   using namespace checks;
   rank(op, "k_buffer", k_buffer, 3, "[max_total_tokens, H_kv, D]");
   rank(op, "v_buffer", v_buffer, 3, "[max_total_tokens, H_kv, Dv]");
   rank(op, "key", key, 3, "[B, H_kv, D]");
   rank(op, "value", value, 3, "[B, H_kv, Dv]");
   rank(op, "loc", loc, 1, "[B]");
-  const DType dtype = float_dtype(op, "k_buffer", k_buffer);
-  same_dtype(op, "v_buffer", v_buffer, "k_buffer", k_buffer);
-  same_dtype(op, "key", key, "k_buffer", k_buffer);
-  same_dtype(op, "value", value, "k_buffer", k_buffer);
+  DType dtype = DType::Float32;
+  if (int8_cache) {
+    // The caller checked that k_buffer/v_buffer are int8.
+    if (key.scalar_type() != at::kChar) dtype = float_dtype(op, "key", key);
+    same_dtype(op, "value", value, "key", key);
+  } else {
+    not_int8_cache(op, "k_buffer", k_buffer);
+    not_int8_cache(op, "v_buffer", v_buffer);
+    dtype = float_dtype(op, "k_buffer", k_buffer);
+    same_dtype(op, "v_buffer", v_buffer, "k_buffer", k_buffer);
+    same_dtype(op, "key", key, "k_buffer", k_buffer);
+    same_dtype(op, "value", value, "k_buffer", k_buffer);
+  }
   index_dtype(op, "loc", loc, {at::kLong});
   const int64_t batch = key.size(0), heads_kv = k_buffer.size(1);
   const int64_t head_dim = k_buffer.size(2), head_dim_v = v_buffer.size(2);

@@ -17,9 +17,13 @@ struct PreparedKvWrite {
 // All checks on k_buffer, v_buffer, key, value and loc, errors prefixed with
 // ``op``: ranks, dtypes (float32/bfloat16/float16, all equal; loc int64),
 // matching sizes, dense last dimensions, every slot in range and distinct.
-// Reads nothing but loc and writes nothing.
+// Reads nothing but loc and writes nothing. With ``int8_cache`` the
+// buffers must be int8 instead and key/value may be int8 or any float dtype
+// (the caller checks them against its query); params.dtype is then key's
+// float dtype (Float32 for int8 keys), and params go to run_int8_write.
 PreparedKvWrite prepare_kv_write(const char* op, const at::Tensor& k_buffer, const at::Tensor& v_buffer,
-                                 const at::Tensor& key, const at::Tensor& value, const at::Tensor& loc);
+                                 const at::Tensor& key, const at::Tensor& value, const at::Tensor& loc,
+                                 bool int8_cache = false);
 
 // k_buffer[loc[b]] = key[b], v_buffer[loc[b]] = value[b] with the active variant.
 void run_kv_write(const PreparedKvWrite& prepared);

@@ -1,0 +1,26 @@
+// The attention operators' bodies, shared by the float operators and their
+// int8 KV-cache twins (csrc/ops/int8_attention.cpp). ``int8`` is null for
+// the float operators; otherwise k_buffer/v_buffer are int8 and the call
+// uses the scale arguments (see ops/int8_kv.h). ``op`` prefixes every error.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include "ops/int8_kv.h"
+
+namespace rvv_attn::ops {
+
+void decode_attention(const char* op, const Int8KvArgs* int8, const at::Tensor& query, at::Tensor& k_buffer,
+                      at::Tensor& v_buffer, at::Tensor& output, const at::Tensor& key, const at::Tensor& value,
+                      const at::Tensor& loc, at::Tensor& attn_logits, const at::Tensor& req_to_token,
+                      const at::Tensor& req_pool_indices, const at::Tensor& seq_lens, double sm_scale,
+                      double logit_cap);
+
+void extend_attention(const char* op, const Int8KvArgs* int8, const at::Tensor& q_extend,
+                      const at::Tensor& k_extend, const at::Tensor& v_extend, at::Tensor& o_extend,
+                      const at::Tensor& k_buffer, const at::Tensor& v_buffer, const at::Tensor& req_to_token,
+                      const at::Tensor& req_pool_indices, const at::Tensor& seq_lens,
+                      const at::Tensor& extend_seq_lens, const at::Tensor& extend_start_loc, int64_t max_len_extend,
+                      double sm_scale, double logit_cap);
+
+}  // namespace rvv_attn::ops

@@ -1,0 +1,133 @@
+#include "ops/int8_kv.h"
+
+#include <ATen/ops/index_select.h>
+#include <ATen/ops/isfinite.h>
+#include <c10/util/Exception.h>
+
+#include <cmath>
+#include <limits>
+
+#include "checks.h"
+#include "ops/runtime.h"
+
+namespace rvv_attn::ops {
+namespace {
+
+float check_scale(const char* op, const char* name, const char* buf_name, double v) {
+  if (std::isnan(v)) return std::numeric_limits<float>::quiet_NaN();
+  const float f = static_cast<float>(v);
+  TORCH_CHECK(std::isfinite(f) && f > 0.0f, op, ": ", name, " = ", v,
+              " is not a valid scale: give a finite static scale > 0 (as float32), or NaN for per-token scales in ",
+              buf_name);
+  return f;
+}
+
+void check_scale_buffer(const char* op, const char* name, const at::Tensor& t, const char* cache_name,
+                        const at::Tensor& cache) {
+  using namespace checks;
+  rank(op, name, t, 2, "[max_total_tokens, H_kv]");
+  TORCH_CHECK(t.scalar_type() == at::kFloat, op, ": ", name, " must have dtype float32, got ", t.scalar_type());
+  const std::string what0 = std::string(cache_name) + ".size(0) (max_total_tokens)";
+  const std::string what1 = std::string(cache_name) + ".size(1) (H_kv)";
+  size_is(op, name, t, 0, cache.size(0), what0.c_str());
+  size_is(op, name, t, 1, cache.size(1), what1.c_str());
+}
+
+void check_int8_cache(const char* op, const char* name, const at::Tensor& t) {
+  TORCH_CHECK(t.scalar_type() == at::kChar, op, ": ", name, " has dtype ", t.scalar_type(),
+              "; this operator needs an int8 KV cache (float caches go to the float operator)");
+}
+
+}  // namespace
+
+Int8Setup check_int8_args(const char* op, const Int8KvArgs& args, const at::Tensor& k_buffer,
+                          const at::Tensor& v_buffer) {
+  check_int8_cache(op, "k_buffer", k_buffer);
+  check_int8_cache(op, "v_buffer", v_buffer);
+  Int8Setup s;
+  s.k_scale = check_scale(op, "k_scale", "k_scale_buf", args.k_scale);
+  s.v_scale = check_scale(op, "v_scale", "v_scale_buf", args.v_scale);
+  s.k_dyn = std::isnan(s.k_scale);
+  s.v_dyn = std::isnan(s.v_scale);
+  check_scale_buffer(op, "k_scale_buf", args.k_scale_buf, "k_buffer", k_buffer);
+  check_scale_buffer(op, "v_scale_buf", args.v_scale_buf, "v_buffer", v_buffer);
+  s.k_scale_buf = args.k_scale_buf;
+  s.v_scale_buf = args.v_scale_buf;
+  return s;
+}
+
+bool check_new_kv_dtype(const char* op, const char* key_name, const at::Tensor& key, const char* value_name,
+                        const at::Tensor& value, const char* query_name, const at::Tensor& query) {
+  checks::same_dtype(op, value_name, value, key_name, key);
+  if (key.scalar_type() == at::kChar) return true;
+  TORCH_CHECK(key.scalar_type() == query.scalar_type(), op, ": ", key_name, " has dtype ", key.scalar_type(), " but ",
+              query_name, " has ", query.scalar_type(), "; new keys/values are int8 or of the query's dtype");
+  return false;
+}
+
+void check_finite_rows(const char* op, const char* name, const at::Tensor& t, const at::Tensor& rows) {
+  const at::Tensor sel = rows.defined() ? at::index_select(t, 0, rows) : t;
+  if (sel.numel() == 0) return;
+  const at::Tensor bad = at::isfinite(sel).logical_not();
+  if (!bad.any().item<bool>()) return;
+  const at::Tensor where = bad.nonzero()[0];
+  int64_t row = where[0].item<int64_t>();
+  if (rows.defined()) row = rows[row].item<int64_t>();
+  const int64_t h = where[1].item<int64_t>(), d = where[2].item<int64_t>();
+  TORCH_CHECK(false, op, ": ", name, "[", row, ", ", h, ", ", d, "] = ", t[row][h][d].item<double>(),
+              " is not finite; an int8 KV cache can only hold finite values");
+}
+
+void check_read_scales(const char* op, const Int8Setup& s, const token_map::CheckedTokenMaps& maps,
+                       const std::vector<bool>& fresh_k, const std::vector<bool>& fresh_v) {
+  if (!s.k_dyn && !s.v_dyn) return;
+  const token_map::MapView map = maps.map();
+  const int64_t batch = maps.lens.numel();
+  const int64_t* rows = maps.pool_indices();
+  const int64_t* lens = maps.lengths();
+  struct Side {
+    bool dyn;
+    const char* buf;
+    const char* scale;
+    const at::Tensor* t;
+    const std::vector<bool>* fresh;
+  } sides[2] = {{s.k_dyn, "k_scale_buf", "k_scale", &s.k_scale_buf, &fresh_k},
+                {s.v_dyn, "v_scale_buf", "v_scale", &s.v_scale_buf, &fresh_v}};
+  for (const Side& side : sides) {
+    if (!side.dyn) continue;
+    const float* data = side.t->data_ptr<float>();
+    const int64_t st = side.t->stride(0), sh = side.t->stride(1), heads = side.t->size(1);
+    for (int64_t b = 0; b < batch; ++b) {
+      for (int64_t i = 0; i < lens[b]; ++i) {
+        const int64_t slot = map.at(rows[b], i);  // in range: checked by token_map::check_values
+        if ((*side.fresh)[static_cast<size_t>(slot)]) continue;
+        for (int64_t h = 0; h < heads; ++h) {
+          const float v = data[slot * st + h * sh];
+          TORCH_CHECK(std::isfinite(v) && v > 0.0f, op, ": ", side.buf, "[", slot, ", ", h, "] = ", v,
+                      " is not a finite scale > 0, but dynamic mode (", side.scale,
+                      " = nan) reads it for slot ", slot, ", KV head ", h, " (req_to_token[", rows[b], ", ", i,
+                      "], sequence ", b, ")");
+        }
+      }
+    }
+  }
+}
+
+void run_int8_write(const Int8Setup& s, const KvWriteParams& kv, bool src_int8, const int64_t* src_rows) {
+  if (kv.batch == 0 || kv.heads_kv == 0) return;
+  KvQuantWriteParams p{};
+  p.kv = kv;
+  p.src_int8 = src_int8;
+  p.src_rows = src_rows;
+  p.k_scale_buf = s.k_scale_buf.data_ptr<float>();
+  p.k_scale_stride_t = s.k_scale_buf.stride(0);
+  p.k_scale_stride_h = s.k_scale_buf.stride(1);
+  p.v_scale_buf = s.v_scale_buf.data_ptr<float>();
+  p.v_scale_stride_t = s.v_scale_buf.stride(0);
+  p.v_scale_stride_h = s.v_scale_buf.stride(1);
+  p.k_scale = s.k_scale;
+  p.v_scale = s.v_scale;
+  kernels().write_kv_int8(p, torch_pool());
+}
+
+}  // namespace rvv_attn::ops
