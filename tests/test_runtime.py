@@ -75,3 +75,21 @@ def test_forcing_this_vlens_build_on_another_vlen_fails_cleanly_in_a_fresh_proce
     assert child.returncode == 1, f"expected a Python error, got exit {child.returncode}: {child.stderr[-2000:]}"
     assert "RuntimeError" in child.stderr
     assert f"variant 'vlen{this}' is built for VLEN {this} but this CPU has VLEN {other}" in child.stderr
+
+
+# Every tensor an operator writes is declared written (Tensor(x!)) in its
+# schema, so torch.compile / functionalization see the side effect.
+WRITTEN = {
+    "decode_set_kv_buffer": {"k_buffer", "v_buffer"},
+    "decode_attention_cpu": {"k_buffer", "v_buffer", "output", "attn_logits"},
+    "extend_attention_cpu": {"o_extend"},
+    "decode_attention_int8_cpu": {"k_buffer", "v_buffer", "output", "attn_logits", "k_scale_buf", "v_scale_buf"},
+    "extend_attention_int8_cpu": {"o_extend", "k_buffer", "v_buffer", "k_scale_buf", "v_scale_buf"},
+}
+
+
+@pytest.mark.parametrize("op", sorted(WRITTEN))
+def test_schemas_declare_exactly_the_tensors_each_operator_writes(op):
+    schema = getattr(rvv_attn.ops, op).default._schema
+    declared = {a.name for a in schema.arguments if a.alias_info is not None and a.alias_info.is_write}
+    assert declared == WRITTEN[op]

@@ -24,7 +24,8 @@ void decode_attention_int8_cpu(const at::Tensor& query, at::Tensor& k_buffer, at
 }
 
 void extend_attention_int8_cpu(const at::Tensor& q_extend, const at::Tensor& k_extend, const at::Tensor& v_extend,
-                               at::Tensor& o_extend, const at::Tensor& k_buffer, const at::Tensor& v_buffer,
+                               // Unlike the float operator, this one writes the new tokens into the cache.
+                               at::Tensor& o_extend, at::Tensor& k_buffer, at::Tensor& v_buffer,
                                const at::Tensor& req_to_token, const at::Tensor& req_pool_indices,
                                const at::Tensor& seq_lens, const at::Tensor& extend_seq_lens,
                                const at::Tensor& extend_start_loc, int64_t max_len_extend, double sm_scale,
@@ -47,7 +48,7 @@ TORCH_LIBRARY_FRAGMENT(rvv_attn, m) {
       "Tensor(e!) k_scale_buf, Tensor(f!) v_scale_buf, float k_scale, float v_scale) -> ()");
   m.def(
       "extend_attention_int8_cpu(Tensor q_extend, Tensor k_extend, Tensor v_extend, Tensor(a!) o_extend, "
-      "Tensor k_buffer, Tensor v_buffer, Tensor req_to_token, Tensor req_pool_indices, Tensor seq_lens, "
+      "Tensor(b!) k_buffer, Tensor(c!) v_buffer, Tensor req_to_token, Tensor req_pool_indices, Tensor seq_lens, "
       "Tensor extend_seq_lens, Tensor extend_start_loc, int max_len_extend, float sm_scale, float logit_cap, "
       "Tensor(e!) k_scale_buf, Tensor(f!) v_scale_buf, float k_scale, float v_scale) -> ()");
 }
