@@ -39,6 +39,20 @@ struct KvWriteParams {
   const int64_t* loc;
 };
 
+// The scales of an int8 KV cache, shared by the decode, extend and KV-write
+// parameters. A static scale (k_scale finite, > 0) applies to every token
+// and the buffer is not touched; k_scale = NaN (dynamic) means one scale per
+// (slot, KV head) in k_scale_buf [max_total_tokens, H_kv] (strides in
+// elements), each read checked finite and > 0 by the binding, each written
+// by the KV write. Likewise V.
+struct Int8Scales {
+  float* k_scale_buf;
+  int64_t k_scale_stride_t, k_scale_stride_h;
+  float* v_scale_buf;
+  int64_t v_scale_stride_t, v_scale_stride_h;
+  float k_scale, v_scale;
+};
+
 // decode_attention_cpu after its KV write: one new query token per sequence
 // attends over its cached tokens. All strides are in elements; the last
 // dimension of every tensor is dense. Every index (pool rows, lengths, map
@@ -66,17 +80,10 @@ struct DecodeParams {
   const int64_t* seq_lens;
   float sm_scale;
   float logit_cap;  // 0: no soft cap
-  // int8 KV cache (the *_int8_cpu operators); all zero/false otherwise.
-  // k_buffer/v_buffer then hold int8. A static scale (k_scale > 0) applies
-  // to every token; k_scale = NaN means per-(slot, KV head) scales in
-  // k_scale_buf [max_total_tokens, H_kv] (strides in elements), every one
-  // the kernel reads checked finite and > 0. Likewise V.
+  // int8 KV cache (the *_int8_cpu operators): k_buffer/v_buffer hold
+  // int8, scaled as ``scales`` says; all zero/false otherwise.
   bool kv_int8;
-  const float* k_scale_buf;
-  int64_t k_scale_stride_t, k_scale_stride_h;
-  const float* v_scale_buf;
-  int64_t v_scale_stride_t, v_scale_stride_h;
-  float k_scale, v_scale;
+  Int8Scales scales;
 };
 
 // ---- extend attention (prefill / chunked prefill) --------------------------
@@ -120,16 +127,8 @@ struct ExtendParams {
   // int8 KV cache (extend_attention_int8_cpu): the new tokens have
   // already been written to the cache, so stage 2 reads them from there
   // through req_to_token[row, prefix + i]; k/v are not read; all zero/false otherwise.
-  // k_buffer/v_buffer then hold int8. A static scale (k_scale > 0) applies
-  // to every token; k_scale = NaN means per-(slot, KV head) scales in
-  // k_scale_buf [max_total_tokens, H_kv] (strides in elements), every one
-  // the kernel reads checked finite and > 0. Likewise V.
   bool kv_int8;
-  const float* k_scale_buf;
-  int64_t k_scale_stride_t, k_scale_stride_h;
-  const float* v_scale_buf;
-  int64_t v_scale_stride_t, v_scale_stride_h;
-  float k_scale, v_scale;
+  Int8Scales scales;
 };
 
 // The score-tile shape of a variant (see csrc/kernels/extend_tiling.h).
@@ -142,7 +141,7 @@ struct ExtendBlocking {
 // src_rows is null) of key/value into cache slot kv.loc[i], quantizing
 // when key/value are float. kv.k_buffer/kv.v_buffer hold int8; kv.dtype is
 // the float dtype of key/value unless src_int8 (then they are int8 and are
-// copied as they are). Scales as in DecodeParams: static (> 0) quantizes
+// copied as they are). Scales as in Int8Scales: static (> 0) quantizes
 // with that scale and leaves the scale buffer alone; NaN (dynamic) computes
 // max|x| / 127 per row (1.0 for an all-zero row), quantizes with it and
 // stores it at [slot, head] unless src_int8. Quantization: x / scale in
@@ -152,11 +151,7 @@ struct KvQuantWriteParams {
   KvWriteParams kv;
   bool src_int8;
   const int64_t* src_rows;
-  float* k_scale_buf;
-  int64_t k_scale_stride_t, k_scale_stride_h;
-  float* v_scale_buf;
-  int64_t v_scale_stride_t, v_scale_stride_h;
-  float k_scale, v_scale;
+  Int8Scales scales;
 };
 
 // One compiled variant: the portable build or an RVV build for one VLEN.

@@ -118,9 +118,9 @@ struct Decode {
     }
 
     // Dynamic (NaN) scales are per token; static ones fold into q and 1/l.
-    const bool k_dyn = Q8 && p.k_scale != p.k_scale, v_dyn = Q8 && p.v_scale != p.v_scale;
-    const float q_scale = Q8 && !k_dyn ? p.sm_scale * p.k_scale : p.sm_scale;
-    const float out_scale = Q8 && !v_dyn ? p.v_scale : 1.0f;
+    const vec::ScaleFold fold = vec::fold_scales<Q8>(p.scales, p.sm_scale);
+    const bool k_dyn = fold.k_dynamic, v_dyn = fold.v_dynamic;
+    const float q_scale = fold.q_scale, out_scale = fold.out_scale;
     for (int64_t g = 0; g < group; ++g) {
       const Elem* q = static_cast<const Elem*>(p.query) + b * p.query_stride_b + (h0 + g) * p.query_stride_h;
       for (int64_t c = 0; c < d_k;) {
@@ -163,14 +163,14 @@ struct Decode {
       VF k_scales = vec::zeros(), v_scales = vec::zeros();
       if (k_dyn) {
         k_scales = vec::Traits<DType::Float32>::gather(
-            p.k_scale_buf,
-            vec::row_offsets(slots, p.req_to_token_is_int64, p.k_scale_stride_t * 4, hk * p.k_scale_stride_h * 4, n),
+            p.scales.k_scale_buf,
+            vec::row_offsets(slots, p.req_to_token_is_int64, p.scales.k_scale_stride_t * 4, hk * p.scales.k_scale_stride_h * 4, n),
             n);
       }
       if (v_dyn) {
         v_scales = vec::Traits<DType::Float32>::gather(
-            p.v_scale_buf,
-            vec::row_offsets(slots, p.req_to_token_is_int64, p.v_scale_stride_t * 4, hk * p.v_scale_stride_h * 4, n),
+            p.scales.v_scale_buf,
+            vec::row_offsets(slots, p.req_to_token_is_int64, p.scales.v_scale_stride_t * 4, hk * p.scales.v_scale_stride_h * 4, n),
             n);
       }
 

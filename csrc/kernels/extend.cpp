@@ -283,11 +283,11 @@ void attend_block(const Item& it, const Src& src, int64_t k0, int64_t nb, int64_
     const size_t vl = vec::setvl(static_cast<size_t>(nb));
     if (k_dyn) {
       k_sc = vec::Traits<rvv_attn::DType::Float32>::gather(
-          p.k_scale_buf, src.slot_offsets(k0, vl, p.k_scale_stride_t * 4, it.hkv * p.k_scale_stride_h * 4), vl);
+          p.scales.k_scale_buf, src.slot_offsets(k0, vl, p.scales.k_scale_stride_t * 4, it.hkv * p.scales.k_scale_stride_h * 4), vl);
     }
     if (v_dyn) {
       v_sc = vec::Traits<rvv_attn::DType::Float32>::gather(
-          p.v_scale_buf, src.slot_offsets(k0, vl, p.v_scale_stride_t * 4, it.hkv * p.v_scale_stride_h * 4), vl);
+          p.scales.v_scale_buf, src.slot_offsets(k0, vl, p.scales.v_scale_stride_t * 4, it.hkv * p.scales.v_scale_stride_h * 4), vl);
     }
   }
   score_tile(w.s, w.q, w.kt, it.rows, nb, p.head_dim);
@@ -334,9 +334,9 @@ void run_item(const rvv_attn::ExtendParams& p, const Scratch& w, int64_t b, int6
   const int64_t elem = static_cast<int64_t>(sizeof(E)), kv_elem = static_cast<int64_t>(sizeof(KvE));
   // int8 cache: dynamic (NaN) scales are per token; static ones fold into
   // the query's scale and the output's 1/l.
-  const bool k_dyn = Q8 && p.k_scale != p.k_scale, v_dyn = Q8 && p.v_scale != p.v_scale;
-  const float q_scale = Q8 && !k_dyn ? p.sm_scale * p.k_scale : p.sm_scale;
-  const float out_scale = Q8 && !v_dyn ? p.v_scale : 1.0f;
+  const vec::ScaleFold fold = vec::fold_scales<Q8>(p.scales, p.sm_scale);
+  const bool k_dyn = fold.k_dynamic, v_dyn = fold.v_dynamic;
+  const float q_scale = fold.q_scale, out_scale = fold.out_scale;
 
   // Scores come out of the tile already scaled; the cap, if any, is applied
   // per row by vec::softcap (cap * tanh(s / cap)).

@@ -118,10 +118,10 @@ void write_kv_int8_typed(const rvv_attn::KvQuantWriteParams& p, const rvv_attn::
         copy_row<1>(kd, static_cast<const int8_t*>(kv.key) + ks, kv.head_dim);
         copy_row<1>(vd, static_cast<const int8_t*>(kv.value) + vs, kv.head_dim_v);
       } else {
-        quantize_row<T>(kd, q.k_scale_buf + slot * q.k_scale_stride_t + h * q.k_scale_stride_h,
-                        static_cast<const Elem*>(kv.key) + ks, kv.head_dim, q.k_scale);
-        quantize_row<T>(vd, q.v_scale_buf + slot * q.v_scale_stride_t + h * q.v_scale_stride_h,
-                        static_cast<const Elem*>(kv.value) + vs, kv.head_dim_v, q.v_scale);
+        quantize_row<T>(kd, q.scales.k_scale_buf + slot * q.scales.k_scale_stride_t + h * q.scales.k_scale_stride_h,
+                        static_cast<const Elem*>(kv.key) + ks, kv.head_dim, q.scales.k_scale);
+        quantize_row<T>(vd, q.scales.v_scale_buf + slot * q.scales.v_scale_stride_t + h * q.scales.v_scale_stride_h,
+                        static_cast<const Elem*>(kv.value) + vs, kv.head_dim_v, q.scales.v_scale);
       }
     }
   };

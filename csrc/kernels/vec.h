@@ -450,6 +450,21 @@ inline VIdx strided_offsets(int64_t step_bytes, int64_t base_bytes, size_t vl) {
 // for the quantizer. store_i8: clamp to [-127, 127], round to nearest with
 // ties to even (the ABI's default rounding mode; the portable build uses
 // std::nearbyint under the same default), narrow to int8 and store.
+// How an int8 cache's scales enter attention (decode and extend alike): a
+// dynamic (NaN) scale is per token, gathered per KV block and applied to the
+// block's scores (K) or probabilities (V); a static one folds into the
+// query's scale (K) or the output's 1/l (V). For a float cache (Q8 false)
+// nothing is scaled.
+struct ScaleFold {
+  bool k_dynamic, v_dynamic;
+  float q_scale, out_scale;
+};
+template <bool Q8>
+inline ScaleFold fold_scales(const rvv_attn::Int8Scales& s, float sm_scale) {
+  const bool k_dyn = Q8 && s.k_scale != s.k_scale, v_dyn = Q8 && s.v_scale != s.v_scale;
+  return {k_dyn, v_dyn, Q8 && !k_dyn ? sm_scale * s.k_scale : sm_scale, Q8 && !v_dyn ? s.v_scale : 1.0f};
+}
+
 #if RVV_ATTN_HAS_RVV
 inline VF mul(VF x, VF y, size_t vl) { return __riscv_vfmul_vv_f32m4(x, y, vl); }
 inline VF abs(VF x, size_t vl) { return __riscv_vfabs_v_f32m4(x, vl); }

@@ -113,20 +113,26 @@ void check_read_scales(const char* op, const Int8Setup& s, const token_map::Chec
   }
 }
 
+Int8Scales kernel_scales(const Int8Setup& s) {
+  Int8Scales k{};
+  k.k_scale_buf = s.k_scale_buf.data_ptr<float>();
+  k.k_scale_stride_t = s.k_scale_buf.stride(0);
+  k.k_scale_stride_h = s.k_scale_buf.stride(1);
+  k.v_scale_buf = s.v_scale_buf.data_ptr<float>();
+  k.v_scale_stride_t = s.v_scale_buf.stride(0);
+  k.v_scale_stride_h = s.v_scale_buf.stride(1);
+  k.k_scale = s.k_scale;
+  k.v_scale = s.v_scale;
+  return k;
+}
+
 void run_int8_write(const Int8Setup& s, const KvWriteParams& kv, bool src_int8, const int64_t* src_rows) {
   if (kv.batch == 0 || kv.heads_kv == 0) return;
   KvQuantWriteParams p{};
   p.kv = kv;
   p.src_int8 = src_int8;
   p.src_rows = src_rows;
-  p.k_scale_buf = s.k_scale_buf.data_ptr<float>();
-  p.k_scale_stride_t = s.k_scale_buf.stride(0);
-  p.k_scale_stride_h = s.k_scale_buf.stride(1);
-  p.v_scale_buf = s.v_scale_buf.data_ptr<float>();
-  p.v_scale_stride_t = s.v_scale_buf.stride(0);
-  p.v_scale_stride_h = s.v_scale_buf.stride(1);
-  p.k_scale = s.k_scale;
-  p.v_scale = s.v_scale;
+  p.scales = kernel_scales(s);
   kernels().write_kv_int8(p, torch_pool());
 }
 

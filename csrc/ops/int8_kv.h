@@ -61,18 +61,14 @@ void check_read_scales(const char* op, const Int8Setup& s, const token_map::Chec
 // row src_rows[i] (null: row i).
 void run_int8_write(const Int8Setup& s, const KvWriteParams& kv, bool src_int8, const int64_t* src_rows);
 
+// The scale buffers and scales as the kernels take them.
+Int8Scales kernel_scales(const Int8Setup& s);
+
 // The int8 fields of DecodeParams / ExtendParams.
 template <typename P>
 void set_int8_params(P& p, const Int8Setup& s) {
   p.kv_int8 = true;
-  p.k_scale_buf = s.k_scale_buf.data_ptr<float>();
-  p.k_scale_stride_t = s.k_scale_buf.stride(0);
-  p.k_scale_stride_h = s.k_scale_buf.stride(1);
-  p.v_scale_buf = s.v_scale_buf.data_ptr<float>();
-  p.v_scale_stride_t = s.v_scale_buf.stride(0);
-  p.v_scale_stride_h = s.v_scale_buf.stride(1);
-  p.k_scale = s.k_scale;
-  p.v_scale = s.v_scale;
+  p.scales = kernel_scales(s);
 }
 
 }  // namespace rvv_attn::ops
