@@ -16,7 +16,7 @@ import nox
 
 sys.path.insert(0, str(Path(__file__).parent / "ci"))
 
-from cross import build, host, qemu, repro, sysroot, testrun, vlens  # noqa: E402
+from cross import build, demo, host, qemu, repro, sysroot, testrun, vlens  # noqa: E402
 from cross.errors import CrossError  # noqa: E402
 from cross.paths import BUILD_DIR  # noqa: E402
 from cross.proc import Stopwatch, log  # noqa: E402
@@ -128,6 +128,14 @@ def _shell_vlen(session: nox.Session, variant: vlens.Variant) -> None:
     session.run(*cmd, env=guest_env(stage, tmp), include_outer_env=False, external=True)
 
 
+def _demo_vlen(session: nox.Session, variant: vlens.Variant) -> None:
+    qemu_bin, root = _toolchain(session)
+    stage = build.stage_wheel(_cross_build(session, root), BUILD_DIR / "stage-riscv64")
+    cmd, env = demo.demo_command(qemu_bin, root, stage, variant, session.posargs)
+    with Stopwatch(f"demo under QEMU at VLEN {variant.vlen} (importing torch alone takes ~20 s)"):
+        session.run(*cmd, env=env, include_outer_env=False, external=True)
+
+
 def _register_vlen_sessions(variant: vlens.Variant) -> None:
     where = f"VLEN {variant.vlen} ({variant.board})"
 
@@ -152,6 +160,13 @@ def _register_vlen_sessions(variant: vlens.Variant) -> None:
 
     shell.__doc__ = (f"Run any command given after -- in the emulated target at {where}, "
                      "rvv_attn importable (e.g. -- python3 -m pytest other/tests -x).")
+
+    @nox.session(name=f"demo-{variant.name}", default=False)
+    def demo_session(session: nox.Session) -> None:
+        _demo_vlen(session, variant)
+
+    demo_session.__doc__ = (f"Generate with the small Llama model through the RVV and torch-native backends at "
+                            f"{where}; options after -- (see -- --help).")
 
 
 for _variant in vlens.variants():

@@ -298,3 +298,19 @@ def test_repro_matrix_runs_configs_and_reports_failures(tmp_path):
     assert "tests/test_a.py::test_x" in text and " F" in text and "assert 1 == 2" in text
     data = json.loads(repro.summary_json(results))
     assert data["vlen128-agnostic"]["tests"]["tests/test_a.py::test_x"]["status"] == "failed"
+
+
+from cross import demo  # noqa: E402
+
+
+def test_demo_command_forces_the_sessions_variant_and_labels_the_run_emulated(tmp_path):
+    (tmp_path / "usr/bin").mkdir(parents=True)
+    (tmp_path / "usr/bin/python3").touch()
+    variant = vlens.by_vlen(512)
+    cmd, env = demo.demo_command(Path("/q/qemu-riscv64"), tmp_path, Path("/stage"), variant,
+                                 ["--requests", "2", "--kv-cache", "int8-dynamic"])
+    assert cmd[:5] == ["/q/qemu-riscv64", "-L", str(tmp_path), "-cpu", variant.qemu_cpu()]
+    assert cmd[5:] == [str(tmp_path / "usr/bin/python3"), "-m", "rvv_attn.demo", "--requests", "2",
+                       "--kv-cache", "int8-dynamic"]
+    assert env["RVV_ATTN_VARIANT"] == "vlen512" and env["RVV_ATTN_QEMU_CPU"] == variant.qemu_cpu()
+    assert env["PYTHONPATH"] == "/stage"

@@ -1,0 +1,27 @@
+"""The demonstration job under QEMU: the command line and environment of `python -m rvv_attn.demo`."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from .paths import BUILD_DIR
+from .runner import guest_command, guest_env
+from .vlens import Variant
+
+DEMO_MODULE = "rvv_attn.demo"
+
+
+def demo_command(qemu: Path, sysroot: Path, stage: Path, variant: Variant,
+                 demo_args: Sequence[str]) -> tuple[list[str], dict[str, str]]:
+    """Command and environment for the demo at ``variant``'s VLEN.
+
+    The variant is forced (RVV_ATTN_VARIANT), so a wheel without it fails at
+    import instead of quietly running the portable build; RVV_ATTN_QEMU_CPU
+    tells the demo its times are emulated.
+    """
+    cmd = guest_command(qemu, sysroot, variant, ["python3", "-m", DEMO_MODULE, *demo_args])
+    tmp = BUILD_DIR / "tmp"
+    tmp.mkdir(parents=True, exist_ok=True)
+    env = guest_env(stage, tmp, extra={"RVV_ATTN_VARIANT": variant.name, "RVV_ATTN_QEMU_CPU": variant.qemu_cpu()})
+    return cmd, env

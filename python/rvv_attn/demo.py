@@ -1,0 +1,235 @@
+"""Generate with the small Llama model through each attention backend and compare: ``python -m rvv_attn.demo``.
+
+The same requests (deterministic prompts from ``--seed``) run once per
+backend: chunked prefill, batched greedy decode, requests finishing at
+different times and later ones taking over their cache slots. Prints each
+request's tokens, whether the backends agree, and per-phase throughput.
+Under QEMU the times are emulated wall time (the nox demo sessions set
+RVV_ATTN_QEMU_CPU): useful as a ratio between backends, not as a board figure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from . import runtime_info
+from .backends import BACKENDS, make_backend
+from .batch import ForwardMode
+from .generation import Engine, Request
+from .model import LlamaModel, ModelConfig
+from .pools import ReqToTokenPool, make_kv_pool
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+KV_CACHES = ("float", "int8-dynamic", "int8-static")
+
+
+def _int_list(text: str) -> list[int]:
+    try:
+        values = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of integers") from None
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: give positive integers, e.g. 12,40,7")
+    return values
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m rvv_attn.demo", description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--backends", default="rvv,torch_native",
+                   help=f"comma-separated, run in this order; the first is the one the others are compared with "
+                        f"({', '.join(BACKENDS)})")
+    m = p.add_argument_group("model (random weights from --seed)")
+    m.add_argument("--layers", type=int, default=2)
+    m.add_argument("--hidden", type=int, default=256)
+    m.add_argument("--heads", type=int, default=8)
+    m.add_argument("--kv-heads", type=int, default=2)
+    m.add_argument("--head-dim", type=int, default=32)
+    m.add_argument("--intermediate", type=int, default=512)
+    m.add_argument("--vocab", type=int, default=512)
+    m.add_argument("--seed", type=int, default=0)
+    r = p.add_argument_group("requests")
+    r.add_argument("--requests", type=int, default=5)
+    r.add_argument("--prompt-lens", type=_int_list, default=[12, 70, 5, 33, 20],
+                   help="prompt lengths, repeated cyclically over the requests")
+    r.add_argument("--new-tokens", type=_int_list, default=[6, 4, 10, 8, 6],
+                   help="tokens to generate per request, repeated cyclically")
+    r.add_argument("--chunk-size", type=int, default=32, help="prefill token budget per extend batch")
+    r.add_argument("--max-running", type=int, default=3, help="requests in flight; the rest wait for a free row")
+    c = p.add_argument_group("KV cache and execution")
+    c.add_argument("--dtype", choices=DTYPES, default="float32", help="model and float-cache dtype")
+    c.add_argument("--kv-cache", choices=KV_CACHES, default="float")
+    c.add_argument("--kv-scale", type=float, default=5 / 127,
+                   help="int8-static: K and V scale (the model's K/V are ~N(0, 1))")
+    c.add_argument("--pool-tokens", type=int, default=0, help="KV cache slots (0: enough for --max-running requests)")
+    c.add_argument("--threads", type=int, default=1, help="torch threads (the kernels use torch's thread pool)")
+    c.add_argument("--no-progress", action="store_true")
+    args = p.parse_args(argv)
+    args.backends = [b.strip() for b in args.backends.split(",") if b.strip()]
+    unknown = [b for b in args.backends if b not in BACKENDS]
+    if unknown or not args.backends:
+        p.error(f"--backends: unknown backend {unknown[0] if unknown else '(none)'}; choose from {', '.join(BACKENDS)}")
+    if args.requests < 1 or args.threads < 1 or args.chunk_size < 1 or args.max_running < 1:
+        p.error("--requests, --threads, --chunk-size and --max-running must be >= 1")
+    return args
+
+
+@dataclass
+class BackendRun:
+    name: str
+    requests: dict[str, Request]
+    prefill_tokens: int
+    prefill_seconds: float
+    decode_tokens: int
+    decode_seconds: float
+    wall_seconds: float
+
+
+class Progress:
+    """One line per backend: a bar over the tokens to process (prompt + generated)."""
+
+    def __init__(self, label: str, total: int, enabled: bool, width: int = 28) -> None:
+        self.label, self.total, self.enabled, self.width = label, total, enabled, width
+        self.tty = sys.stderr.isatty()
+        self._last_quarter = -1
+
+    def update(self, done: int, note: str) -> None:
+        if not self.enabled:
+            return
+        filled = self.width * done // self.total
+        line = f"  {self.label:<13} [{'#' * filled}{'.' * (self.width - filled)}] {done:>5}/{self.total} tokens  {note}"
+        if self.tty:
+            print("\r" + line, end="", file=sys.stderr, flush=True)
+        elif 4 * done // self.total != self._last_quarter:  # a log file gets a line per quarter
+            self._last_quarter = 4 * done // self.total
+            print(line, file=sys.stderr, flush=True)
+
+    def close(self) -> None:
+        if self.enabled and self.tty:
+            print(file=sys.stderr, flush=True)
+
+
+def make_requests(args: argparse.Namespace) -> list[Request]:
+    g = torch.Generator().manual_seed(args.seed + 1)
+    reqs = []
+    for i in range(args.requests):
+        n = args.prompt_lens[i % len(args.prompt_lens)]
+        prompt = torch.randint(0, args.vocab, (n,), generator=g).tolist()
+        reqs.append(Request(f"req{i}", prompt, args.new_tokens[i % len(args.new_tokens)]))
+    return reqs
+
+
+def run_backend(name: str, args: argparse.Namespace, cfg: ModelConfig) -> BackendRun:
+    dtype = DTYPES[args.dtype]
+    reqs = make_requests(args)
+    max_context = max(r.context_len for r in reqs)
+    pool_tokens = args.pool_tokens or args.max_running * max_context
+    model = LlamaModel(cfg, dtype, seed=args.seed)
+    kv_pool = make_kv_pool(args.kv_cache, pool_tokens, cfg.num_layers, cfg.num_kv_heads, cfg.head_dim, cfg.head_dim,
+                           dtype, args.kv_scale, shuffle_seed=args.seed)
+    engine = Engine(model, make_backend(name, cfg.num_heads, cfg.head_dim), ReqToTokenPool(args.max_running, max_context),
+                    kv_pool, chunk_size=args.chunk_size, max_running=args.max_running)
+    for req in reqs:
+        engine.add_request(req)
+    total = sum(len(r.prompt) + r.max_new_tokens - 1 for r in reqs)
+    progress = Progress(name, total, not args.no_progress)
+
+    def on_step(eng: Engine, mode: ForwardMode) -> None:
+        done = sum(s.tokens for s in eng.stats.values())
+        progress.update(done, f"{mode.value:<6} running {len(eng.running)}, waiting {len(eng.waiting)}, "
+                              f"finished {len(eng.finished)}")
+
+    start = time.perf_counter()
+    try:
+        engine.run(on_step)
+    finally:
+        progress.close()
+    wall = time.perf_counter() - start
+    pre, dec = engine.stats[ForwardMode.EXTEND], engine.stats[ForwardMode.DECODE]
+    return BackendRun(name, {r.rid: r for r in reqs}, pre.tokens, pre.seconds, dec.tokens, dec.seconds, wall)
+
+
+def _where() -> str:
+    cpu = os.environ.get("RVV_ATTN_QEMU_CPU")
+    return f"emulated (qemu-riscv64 -cpu {cpu})" if cpu else "native"
+
+
+def report(runs: list[BackendRun], args: argparse.Namespace) -> bool:
+    """Print per-request tokens, agreement with the first backend, and the summary table; True if all agree."""
+    first = runs[0]
+    print("\nper-request tokens (greedy):")
+    all_agree = True
+    for rid, req in first.requests.items():
+        print(f"  {rid} (prompt {len(req.prompt):>3}, {req.max_new_tokens:>2} new)  {first.name:<13} {req.output}")
+        for other in runs[1:]:
+            out = other.requests[rid].output
+            if out == req.output:
+                verdict = "same"
+            else:
+                all_agree = False
+                diverge = next(i for i, (a, b) in enumerate(zip(out + [None], req.output + [None])) if a != b)
+                verdict = f"DIFFERENT from token {diverge}: {out}"
+            print(f"  {'':<26} {other.name:<13} {verdict}")
+    if len(runs) > 1:
+        n = len(first.requests)
+        print(f"\nagreement: {'all ' + str(n) + ' requests give identical tokens' if all_agree else 'NO'} "
+              f"({', '.join(r.name for r in runs)})")
+    label = "emulated " if os.environ.get("RVV_ATTN_QEMU_CPU") else ""
+    print(f"\nsummary ({_where()}; times are {label}wall-clock seconds"
+          + ("; compare backends by their ratio, not with hardware)" if label else ")"))
+    header = (f"  {'backend':<13} {'prefill tok':>11} {'prefill s':>9} {'prefill tok/s':>13} "
+              f"{'decode tok':>10} {'decode s':>8} {'decode tok/s':>12} {'total s':>8}")
+    print(header)
+    print("  " + "-" * (len(header) - 2))
+    for r in runs:
+        print(f"  {r.name:<13} {r.prefill_tokens:>11} {r.prefill_seconds:>9.2f} "
+              f"{r.prefill_tokens / max(r.prefill_seconds, 1e-9):>13.1f} {r.decode_tokens:>10} "
+              f"{r.decode_seconds:>8.2f} {r.decode_tokens / max(r.decode_seconds, 1e-9):>12.1f} "
+              f"{r.wall_seconds:>8.2f}")
+    if len(runs) > 1:
+        base = runs[-1]
+        for r in runs[:-1]:
+            print(f"  {r.name} / {base.name}: prefill {base.prefill_seconds / max(r.prefill_seconds, 1e-9):.2f}x, "
+                  f"decode {base.decode_seconds / max(r.decode_seconds, 1e-9):.2f}x as fast")
+    return all_agree
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    torch.set_num_threads(args.threads)
+    try:
+        cfg = ModelConfig(vocab_size=args.vocab, hidden_size=args.hidden, num_layers=args.layers,
+                          num_heads=args.heads, num_kv_heads=args.kv_heads, head_dim=args.head_dim,
+                          intermediate_size=args.intermediate)
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    info = runtime_info()
+    reqs = make_requests(args)
+    kv = args.dtype if args.kv_cache == "float" else f"{args.kv_cache} (model {args.dtype})"
+    print(f"rvv-attn demo: Llama-style model, {cfg.describe()}, seed {args.seed}")
+    print(f"  {len(reqs)} requests, prompts {[len(r.prompt) for r in reqs]}, new tokens "
+          f"{[r.max_new_tokens for r in reqs]}; prefill chunk {args.chunk_size} tokens, at most {args.max_running} "
+          f"running; KV cache {kv}")
+    print(f"  kernels: variant {info['active_variant']} (CPU VLEN {info['cpu_vlen'] or 'none'}); {_where()}; "
+          f"torch {info['torch']}, {args.threads} thread(s)\n")
+    runs = []
+    for name in args.backends:
+        try:
+            runs.append(run_backend(name, args, cfg))
+        except (RuntimeError, ValueError) as err:
+            print(f"error: backend {name}: {err}", file=sys.stderr)
+            return 2
+    agree = report(runs, args)
+    return 0 if agree else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,231 @@
+"""End to end: the small Llama model generating through both attention backends.
+
+A tiny configuration (2 layers, hidden 64, 4 query / 2 KV heads, head dim
+16) keeps each test to a few seconds under QEMU. The RVV backend runs the
+active kernel variant (the VLEN's RVV build in the emulated sessions, where
+conftest makes sure it is active; portable on the host).
+
+Logits are compared only while both runs have fed the same tokens: after a
+greedy choice differs the contexts differ and so do all later logits.
+
+Tolerances on logits (|logit| <= ~4 here):
+
+* float32: both backends compute attention in float32; the operators match a
+  float64 reference within F32_ACCUMULATION_ATOL (5e-6) per call, the
+  torch-native backend is closer still, and every projection has unit gain
+  (weights N(0, 1/fan_in)). A token's logits pass two attention layers:
+  allowance 4 x 5e-6 = 2e-5 (measured: <= 1.4e-6). A missed key or wrong
+  scale moves logits by 1e-2 or more.
+* bfloat16 / float16: both backends round the same float32 attention
+  result to the dtype once, so they differ only where a value sits at a
+  rounding boundary, by one ulp, and the model's own roundings carry that
+  on. The logits are themselves bfloat16/float16 values, so the allowance is
+  counted in their ulps at the largest |logit|: 4 ulps (bfloat16 2**-7,
+  float16 2**-10 relative to the power of two below it). Measured: 0 to 1
+  ulp. For scale: the bfloat16 model differs from the float32 model by ~3
+  ulps.
+* int8 cache vs float cache (same backend, float32 model): K and V are off
+  by up to half a quantization step, s/2 with s = max|x|/127 per row
+  (dynamic) or the static 5/127, i.e. ~0.02 for the unit-variance K/V of
+  this model; through the softmax-weighted sums and two layers that moves
+  logits by ~1e-2 (measured: <= 0.04). Allowance 0.1; storing unquantized
+  or wrongly scaled values, or dropping a token, moves them by ~1.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from rvv_attn.backends import make_backend
+from rvv_attn.generation import Engine, Request
+from rvv_attn.model import LlamaModel, ModelConfig
+from rvv_attn.pools import PoolExhaustedError, ReqToTokenPool, make_kv_pool
+from tolerances import F32_ACCUMULATION_ATOL
+
+CFG = ModelConfig(vocab_size=128, hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2, head_dim=16,
+                  intermediate_size=128)
+STATIC_SCALE = 5 / 127  # the model's K/V are ~N(0, 1): codes cover |x| <= 5
+F32_LOGIT_ATOL = 4 * F32_ACCUMULATION_ATOL
+ULPS_ALLOWED = 4
+INT8_LOGIT_ATOL = 0.1
+
+
+def prompts(lens: list[int], seed: int = 0) -> list[list[int]]:
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randint(0, CFG.vocab_size, (n,), generator=g).tolist() for n in lens]
+
+
+def make_engine(backend: str = "rvv", dtype: torch.dtype = torch.float32, kv_cache: str = "float",
+                max_reqs: int = 4, max_context_len: int = 64, pool_tokens: int = 160, chunk_size: int = 8,
+                max_running: int | None = None, seed: int = 0) -> Engine:
+    model = LlamaModel(CFG, dtype, seed=seed)
+    kv_pool = make_kv_pool(kv_cache, pool_tokens, CFG.num_layers, CFG.num_kv_heads, CFG.head_dim, CFG.head_dim,
+                           dtype, STATIC_SCALE, shuffle_seed=1)
+    return Engine(model, make_backend(backend, CFG.num_heads, CFG.head_dim), ReqToTokenPool(max_reqs, max_context_len),
+                  kv_pool, chunk_size=chunk_size, max_running=max_running, keep_logits=True)
+
+
+def generate(engine: Engine, prompt_list: list[list[int]], new_tokens: list[int]) -> dict[str, Request]:
+    for i, (p, n) in enumerate(zip(prompt_list, new_tokens)):
+        engine.add_request(Request(f"r{i}", list(p), n))
+    engine.run()
+    return {r.rid: r for r in engine.finished}
+
+
+def logits_while_inputs_agree(a: Request, b: Request) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Pairs of logits computed from the same tokens: step i is fed outputs 0..i-1."""
+    pairs = []
+    for i, (la, lb) in enumerate(zip(a.logits, b.logits)):
+        pairs.append((la, lb))
+        if a.output[i] != b.output[i]:
+            break
+    return pairs
+
+
+def assert_logits_close(a: dict[str, Request], b: dict[str, Request], atol: float) -> float:
+    worst = 0.0
+    for rid in a:
+        pairs = logits_while_inputs_agree(a[rid], b[rid])
+        assert pairs
+        for la, lb in pairs:
+            worst = max(worst, (la - lb).abs().max().item())
+    assert worst <= atol, f"logits differ by {worst:.3g} > {atol:.3g}"
+    return worst
+
+
+# Three requests run at a time, so r3 is admitted when the first finishes and takes its slots;
+# r1 (29 tokens, chunks of 8) extends a cached prefix three times.
+LENS, NEW = [3, 29, 11, 2], [4, 3, 5, 6]
+
+
+def test_rvv_and_torch_native_give_the_same_greedy_tokens_in_float32():
+    rvv = generate(make_engine("rvv", max_running=3), prompts(LENS), NEW)
+    native = generate(make_engine("torch_native", max_running=3), prompts(LENS), NEW)
+    assert {rid: r.output for rid, r in rvv.items()} == {rid: r.output for rid, r in native.items()}
+    assert [len(r.output) for r in rvv.values()] == sorted(NEW)  # finished in order of length
+    assert_logits_close(rvv, native, F32_LOGIT_ATOL)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+def test_rvv_and_torch_native_logits_agree_in_half_precision(dtype):
+    rvv = generate(make_engine("rvv", dtype, max_running=3), prompts(LENS), NEW)
+    native = generate(make_engine("torch_native", dtype, max_running=3), prompts(LENS), NEW)
+    largest = max(l.abs().max().item() for r in native.values() for l in r.logits)
+    mantissa_bits = {torch.bfloat16: 7, torch.float16: 10}[dtype]
+    ulp = 2.0 ** (math.floor(math.log2(largest)) - mantissa_bits)
+    assert_logits_close(rvv, native, ULPS_ALLOWED * ulp)
+
+
+@pytest.mark.parametrize("kv_cache", ["int8-dynamic", "int8-static"])
+def test_int8_cache_logits_stay_near_the_float_cache(kv_cache):
+    float_cache = generate(make_engine("rvv", max_running=3), prompts(LENS), NEW)
+    int8_cache = generate(make_engine("rvv", kv_cache=kv_cache, max_running=3), prompts(LENS), NEW)
+    worst = assert_logits_close(int8_cache, float_cache, INT8_LOGIT_ATOL)
+    assert worst > 0, "the int8 cache gave bit-identical logits: it cannot have been quantized"
+    native = generate(make_engine("torch_native", kv_cache=kv_cache, max_running=3), prompts(LENS), NEW)
+    assert_logits_close(int8_cache, native, INT8_LOGIT_ATOL)
+
+
+def test_chunked_prefill_matches_one_shot_prefill():
+    one_shot = generate(make_engine(chunk_size=1000), prompts(LENS), NEW)
+    chunked = generate(make_engine(chunk_size=5), prompts(LENS), NEW)
+    assert make_engine(chunk_size=5).chunk_size < max(LENS)
+    assert {k: r.output for k, r in one_shot.items()} == {k: r.output for k, r in chunked.items()}
+    assert_logits_close(chunked, one_shot, F32_LOGIT_ATOL)
+
+
+def test_slot_reuse_does_not_disturb_other_requests():
+    # r0 runs long; r1 finishes early and r2, admitted only then, takes over r1's row and slots.
+    lens, new = [20, 6, 9], [8, 2, 4]
+    engine = make_engine(max_running=2)
+    together = generate(engine, prompts(lens), new)
+    first = engine.finished[0]
+    assert first.rid == "r1"
+    alone = {}
+    for i in range(3):
+        solo = generate(make_engine(), [prompts(lens)[i]], [new[i]])
+        alone[f"r{i}"] = solo["r0"]
+    assert {k: r.output for k, r in together.items()} == {k: r.output for k, r in alone.items()}
+    assert_logits_close(together, alone, F32_LOGIT_ATOL)
+    # Check the reuse happened: the pool hands back freed slots first, so replaying it shows r2's slots.
+    replay = make_engine(max_running=2)
+    for i, (p, n) in enumerate(zip(prompts(lens), new)):
+        replay.add_request(Request(f"r{i}", p, n))
+    r1_slots = set()
+    while not replay.finished:
+        replay.step()
+        r1 = next((r for r in replay.running if r.rid == "r1"), None)
+        if r1 is not None:
+            r1_slots = set(replay.req_pool.req_to_token[r1.req_pool_idx, :r1.cached_len].tolist())
+    replay.step()  # admits r2 and prefills it
+    r2 = next(r for r in replay.running if r.rid == "r2")
+    r2_slots = set(replay.req_pool.req_to_token[r2.req_pool_idx, :r2.cached_len].tolist())
+    assert r2_slots & r1_slots, "r2 did not reuse any slot r1 freed"
+
+
+def test_batch_mixing_very_different_lengths():
+    lens, new = [1, 60, 2], [3, 2, 3]
+    mixed = generate(make_engine(max_running=3, chunk_size=64, pool_tokens=128), prompts(lens, seed=5), new)
+    native = generate(make_engine("torch_native", max_running=3, chunk_size=64, pool_tokens=128),
+                      prompts(lens, seed=5), new)
+    assert {k: r.output for k, r in mixed.items()} == {k: r.output for k, r in native.items()}
+    assert_logits_close(mixed, native, F32_LOGIT_ATOL)
+
+
+# ---- errors leave the other requests intact --------------------------------------------------
+
+def _reference_outputs(lens, new) -> dict[str, list[int]]:
+    return {k: r.output for k, r in generate(make_engine(max_running=2), prompts(lens), new).items()}
+
+
+def test_pool_exhaustion_is_a_clear_error_and_the_run_continues():
+    lens, new = [7, 12], [5, 4]
+    expected = _reference_outputs(lens, new)
+    engine = make_engine(max_running=2, pool_tokens=40, chunk_size=64)
+    for i, (p, n) in enumerate(zip(prompts(lens), new)):
+        engine.add_request(Request(f"r{i}", p, n))
+    engine.step()  # prefill both
+    held = engine.kv_pool.alloc(engine.kv_pool.available)  # another user takes every free slot
+    maps = engine.req_pool.req_to_token.clone()
+    cached = [r.cached_len for r in engine.running]
+    with pytest.raises(PoolExhaustedError, match=r"out of KV cache token slots: 2 requested, 0 free of 40"):
+        engine.step()
+    assert torch.equal(engine.req_pool.req_to_token, maps) and [r.cached_len for r in engine.running] == cached
+    engine.kv_pool.free(held)
+    engine.run()
+    assert {r.rid: r.output for r in engine.finished} == expected
+
+
+def test_request_longer_than_max_context_len_is_refused_and_others_run():
+    lens, new = [7, 12], [5, 4]
+    expected = _reference_outputs(lens, new)
+    engine = make_engine(max_running=2, max_context_len=32)
+    for i, (p, n) in enumerate(zip(prompts(lens), new)):
+        engine.add_request(Request(f"r{i}", p, n))
+    engine.step()
+    with pytest.raises(ValueError, match=r"request 'long' is longer than max_context_len = 32: prompt 30 \+ "
+                                         r"max_new_tokens 4 - 1 = 33 cache positions"):
+        engine.add_request(Request("long", prompts([30])[0], 4))
+    assert [r.rid for r in engine.waiting] == []
+    engine.run()
+    assert {r.rid: r.output for r in engine.finished} == expected
+
+
+def test_decode_before_prefill_is_a_clear_error_and_others_run():
+    lens, new = [7, 12], [5, 4]
+    expected = _reference_outputs(lens, new)
+    engine = make_engine(max_running=2, chunk_size=10)
+    for i, (p, n) in enumerate(zip(prompts(lens), new)):
+        engine.add_request(Request(f"r{i}", p, n))
+    engine.step()  # r0 fully prefilled (7), r1 only 3 of its 12 tokens
+    r0, r1 = engine.running
+    assert (r0.cached_len, r1.cached_len) == (7, 3)
+    free = engine.kv_pool.available
+    with pytest.raises(ValueError, match=r"request 'r1' has 3 of its 12 prompt tokens in the cache: decode needs"):
+        engine.run_decode([r0, r1])
+    assert engine.kv_pool.available == free and (r0.cached_len, r1.cached_len) == (7, 3) and len(r0.output) == 1
+    engine.run()
+    assert {r.rid: r.output for r in engine.finished} == expected
