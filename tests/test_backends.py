@@ -14,7 +14,7 @@ from reference import decode_attention as reference_decode
 from reference import extend_attention as reference_extend
 from rvv_attn.backends import AttentionLayer, BackendUnavailableError, RVVAttnBackend, make_backend
 from rvv_attn.batch import prepare_decode, prepare_extend
-from rvv_attn.pools import Int8KVPool, ReqToTokenPool, make_kv_pool
+from rvv_attn.pools import Int8KVPool, Int8Scales, ReqToTokenPool, make_kv_pool
 from tolerances import assert_close_to_reference
 
 H, HKV, D = 4, 2, 16
@@ -43,7 +43,7 @@ def prefilled(backend, dtype, kv_cache="float", seed=0):
     """Pools with two requests prefilled (10 and 3 tokens) through ``backend``, and the generator."""
     g = torch.Generator().manual_seed(seed)
     req_pool = ReqToTokenPool(3, 32)
-    pool = make_kv_pool(kv_cache, 48, 2, HKV, D, D, dtype, 4 / 127, shuffle_seed=seed)
+    pool = make_kv_pool(kv_cache, 48, 2, HKV, D, D, dtype, Int8Scales(4 / 127, 3 / 127), shuffle_seed=seed)
     batch = prepare_extend(req_pool, pool, [2, 0], [0, 0], [10, 3])
     q, k, v = qkv(13, dtype, g)
     backend.init_forward_metadata(batch)

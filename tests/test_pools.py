@@ -77,11 +77,13 @@ def test_int8_scales_and_pool_kinds_are_validated():
     with pytest.raises(ValueError, match=r"k_scale = 0.0 must be a finite static scale > 0"):
         Int8Scales(0.0, 1.0)
     with pytest.raises(ValueError, match=r"kv_cache = 'int4'"):
-        make_kv_pool("int4", 8, 1, 1, 8, 8, torch.float32, 0.1)
+        make_kv_pool("int4", 8, 1, 1, 8, 8, torch.float32)
+    with pytest.raises(ValueError, match=r"'int8-static' needs finite static K and V scales"):
+        make_kv_pool("int8-static", 8, 1, 1, 8, 8, torch.float32, Int8Scales.dynamic())
     with pytest.raises(ValueError, match=r"dtype torch.int8 is not one of"):
         KVPool(8, 1, 1, 8, 8, torch.int8)
-    static = make_kv_pool("int8-static", 8, 1, 1, 8, 8, torch.float32, 0.05)
-    assert static.is_int8 and static.scales == Int8Scales(0.05, 0.05)
+    static = make_kv_pool("int8-static", 8, 1, 1, 8, 8, torch.float32, Int8Scales(0.05, 0.25))
+    assert static.is_int8 and static.scales == Int8Scales(0.05, 0.25)
 
 
 def test_extend_batch_has_sglang_dtypes_and_fills_req_to_token():

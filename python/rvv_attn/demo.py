@@ -24,7 +24,7 @@ from .backends import BACKENDS, make_backend
 from .batch import ForwardMode
 from .generation import Engine, Request
 from .model import LlamaModel, ModelConfig
-from .pools import ReqToTokenPool, make_kv_pool
+from .pools import Int8Scales, ReqToTokenPool, make_kv_pool
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 KV_CACHES = ("float", "int8-dynamic", "int8-static")
@@ -66,8 +66,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     c = p.add_argument_group("KV cache and execution")
     c.add_argument("--dtype", choices=DTYPES, default="float32", help="model and float-cache dtype")
     c.add_argument("--kv-cache", choices=KV_CACHES, default="float")
-    c.add_argument("--kv-scale", type=float, default=5 / 127,
-                   help="int8-static: K and V scale (the model's K/V are ~N(0, 1))")
+    c.add_argument("--kv-scales", type=float, nargs=2, metavar=("K", "V"),
+                   help="int8-static: K and V scales (default: codes cover 5 standard deviations of the model's K, V)")
     c.add_argument("--pool-tokens", type=int, default=0, help="KV cache slots (0: enough for --max-running requests)")
     c.add_argument("--threads", type=int, default=1, help="torch threads (the kernels use torch's thread pool)")
     c.add_argument("--no-progress", action="store_true")
@@ -133,7 +133,7 @@ def run_backend(name: str, args: argparse.Namespace, cfg: ModelConfig) -> Backen
     pool_tokens = args.pool_tokens or args.max_running * max_context
     model = LlamaModel(cfg, dtype, seed=args.seed)
     kv_pool = make_kv_pool(args.kv_cache, pool_tokens, cfg.num_layers, cfg.num_kv_heads, cfg.head_dim, cfg.head_dim,
-                           dtype, args.kv_scale, shuffle_seed=args.seed)
+                           dtype, Int8Scales(*(args.kv_scales or cfg.static_kv_scales())), shuffle_seed=args.seed)
     engine = Engine(model, make_backend(name, cfg.num_heads, cfg.head_dim), ReqToTokenPool(args.max_running, max_context),
                     kv_pool, chunk_size=args.chunk_size, max_running=args.max_running)
     for req in reqs:

@@ -6,8 +6,13 @@ MLP, LM head. Weights are random but deterministic: drawn in float32 from a
 seeded generator, then cast to the model's dtype, so models of different
 dtypes built from one seed hold the same weights up to rounding. Nothing is
 downloaded. Linear weights are N(0, 1/fan_in), which keeps every
-projection's output near unit variance (K and V included, which is what the
-default static int8 scale assumes).
+projection's output near unit variance (V included, which is what the
+default static int8 scale assumes), except Q and K, drawn ``qk_gain`` times
+larger: with unit-variance Q and K the scores q.k/sqrt(D) are ~N(0, 1) and a
+random model's attention is nearly uniform, its output an average that
+shrinks with the context and hardly moves the logits. Scores with standard
+deviation ``qk_gain**2`` make attention pick out a few tokens, as a trained
+model's does, so what attention reads shows in the generated tokens.
 """
 
 from __future__ import annotations
@@ -37,12 +42,17 @@ class ModelConfig:
     rms_norm_eps: float = 1e-5
     max_position: int = 4096
     logit_cap: float = 0.0
+    qk_gain: float = 1.5
 
     def __post_init__(self) -> None:
         if self.num_heads % self.num_kv_heads:
             raise ValueError(f"num_heads = {self.num_heads} must be a multiple of num_kv_heads = {self.num_kv_heads}")
         if self.head_dim % 2:
             raise ValueError(f"head_dim = {self.head_dim} must be even (rotary embedding rotates pairs)")
+
+    def static_kv_scales(self) -> tuple[float, float]:
+        """int8 static (K, V) scales whose codes cover 5 standard deviations of this model's K and V."""
+        return 5 * self.qk_gain / 127, 5 / 127
 
     def describe(self) -> str:
         return (f"{self.num_layers} layers, hidden {self.hidden_size}, {self.num_heads} query / "
@@ -57,8 +67,9 @@ class _Weights:
         self.g = torch.Generator().manual_seed(seed)
         self.dtype = dtype
 
-    def linear(self, out_features: int, in_features: int) -> torch.Tensor:
-        return (torch.randn(out_features, in_features, generator=self.g) / math.sqrt(in_features)).to(self.dtype)
+    def linear(self, out_features: int, in_features: int, gain: float = 1.0) -> torch.Tensor:
+        w = torch.randn(out_features, in_features, generator=self.g) * (gain / math.sqrt(in_features))
+        return w.to(self.dtype)
 
     def norm(self, size: int) -> torch.Tensor:
         return (1 + 0.1 * torch.randn(size, generator=self.g)).to(self.dtype)
@@ -92,7 +103,8 @@ class _DecoderLayer:
         self.cfg = cfg
         h, hkv, d = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
         self.input_norm = w.norm(cfg.hidden_size)
-        self.qkv_proj = w.linear((h + 2 * hkv) * d, cfg.hidden_size)
+        self.qkv_proj = torch.cat([w.linear((h + hkv) * d, cfg.hidden_size, gain=cfg.qk_gain),
+                                   w.linear(hkv * d, cfg.hidden_size)])
         self.o_proj = w.linear(cfg.hidden_size, h * d)
         self.post_attention_norm = w.norm(cfg.hidden_size)
         self.gate_up_proj = w.linear(2 * cfg.intermediate_size, cfg.hidden_size)

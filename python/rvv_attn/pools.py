@@ -187,13 +187,15 @@ class Int8KVPool(KVPool):
 
 
 def make_kv_pool(kv_cache: str, size: int, num_layers: int, heads_kv: int, head_dim: int, head_dim_v: int,
-                 dtype: torch.dtype, static_scale: float, shuffle_seed: int | None = None) -> KVPool:
-    """The pool for a ``kv_cache`` kind: ``float`` (the model's dtype), ``int8-dynamic`` or ``int8-static``."""
+                 dtype: torch.dtype, static_scales: Int8Scales | None = None, shuffle_seed: int | None = None) -> KVPool:
+    """The pool for a ``kv_cache`` kind: ``float`` (the model's dtype), ``int8-dynamic`` or ``int8-static``
+    (with ``static_scales``)."""
     if kv_cache == "float":
         return KVPool(size, num_layers, heads_kv, head_dim, head_dim_v, dtype, shuffle_seed)
     if kv_cache == "int8-dynamic":
         return Int8KVPool(size, num_layers, heads_kv, head_dim, head_dim_v, Int8Scales.dynamic(), shuffle_seed)
     if kv_cache == "int8-static":
-        return Int8KVPool(size, num_layers, heads_kv, head_dim, head_dim_v, Int8Scales(static_scale, static_scale),
-                          shuffle_seed)
+        if static_scales is None or math.isnan(static_scales.k_scale) or math.isnan(static_scales.v_scale):
+            raise ValueError(f"kv_cache = 'int8-static' needs finite static K and V scales, got {static_scales}")
+        return Int8KVPool(size, num_layers, heads_kv, head_dim, head_dim_v, static_scales, shuffle_seed)
     raise ValueError(f"kv_cache = {kv_cache!r}: choose float, int8-dynamic or int8-static")
