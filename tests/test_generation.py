@@ -32,6 +32,11 @@ Tolerances on logits (|logit| <= ~4 here):
   (measured over 6 seeds: <= 0.047 dynamic, <= 0.087 static). Allowance 0.2;
   dropping or misplacing a token moves logits by 1.5 or more, reading
   codes with a wrong scale by more still.
+* int8 cache, RVV vs torch-native: both quantize by the same rule (float32
+  divide, round half to even), so the caches hold the same codes and scales
+  and both read the current chunk unquantized from k/v: the float32
+  allowance applies (measured over 6 seeds: <= 1.8e-6), and the greedy
+  tokens must be identical.
 """
 
 from __future__ import annotations
@@ -129,7 +134,8 @@ def test_int8_cache_logits_stay_near_the_float_cache(kv_cache):
     worst = assert_logits_close(int8_cache, float_cache, INT8_LOGIT_ATOL)
     assert worst > 0, "the int8 cache gave bit-identical logits: it cannot have been quantized"
     native = generate(make_engine("torch_native", kv_cache=kv_cache, max_running=3), prompts(LENS), NEW)
-    assert_logits_close(int8_cache, native, INT8_LOGIT_ATOL)
+    assert {k: r.output for k, r in int8_cache.items()} == {k: r.output for k, r in native.items()}
+    assert_logits_close(int8_cache, native, F32_LOGIT_ATOL)
 
 
 def test_chunked_prefill_matches_one_shot_prefill():
