@@ -20,7 +20,7 @@ def test_demo_runs_both_backends_and_reports_agreement(capsys, monkeypatch):
     table = out[out.index("summary ("):].splitlines()
     rows = [r for r in map(str.split, table) if r and r[0] in ("rvv", "torch_native") and r[1].isdigit()]
     # 9 + 2 + 9 prompt tokens prefilled; decode feeds back all but the last generated token: 2 + 1 + 2.
-    assert [(r[0], int(r[1]), int(r[4])) for r in rows] == [("rvv", 20, 5), ("torch_native", 20, 5)]
+    assert [(r[0], int(r[1]), int(r[5])) for r in rows] == [("rvv", 20, 5), ("torch_native", 20, 5)]
 
 
 def test_demo_int8_cache_on_one_backend(capsys, monkeypatch):
