@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 import torch
 from hypothesis import strategies as st
 
+import opcall
+
 FLOAT_DTYPES = [torch.float32, torch.bfloat16, torch.float16]
 
 
@@ -40,9 +42,9 @@ def kv_write_calls(draw, min_batch: int = 0) -> KvWriteCall:
     def randn(*shape: int) -> torch.Tensor:
         return torch.randn(*shape, generator=g).to(dtype)
 
-    pad = draw(st.integers(0, 3))  # > 0: the cache is a view into a wider pool
-    k_buffer = randn(slots, heads_kv, head_dim + pad)[:, :, pad:]
-    v_buffer = randn(slots, heads_kv, head_dim_v + pad)[:, :, : head_dim_v]
+    pad = draw(st.integers(0, 3))  # > 0: the cache is a view into a wider, NaN-filled pool
+    k_buffer = opcall.embed(randn(slots, heads_kv, head_dim), lead=(0, 0, pad), trail=(0, 0, 0))
+    v_buffer = opcall.embed(randn(slots, heads_kv, head_dim_v), lead=(0, 0, 0), trail=(0, 0, pad))
     key = randn(batch, heads_kv, head_dim)
     value = randn(batch, heads_kv, head_dim_v)
     loc = torch.randperm(slots, generator=g)[:batch].to(torch.int64)

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 import pytest
 import torch
 
+import opcall
 import rvv_attn
 from reference import decode_attention as reference_attention
 from reference import write_kv as reference_write_kv
@@ -34,21 +35,37 @@ class Case:
     sm_scale: float
     logit_cap: float
     extra: dict = field(default_factory=dict)
+    before: dict | None = None  # the arguments as they were before the last run()
 
     def args(self) -> list:
         return [self.query, self.k_buffer, self.v_buffer, self.output, self.key, self.value, self.loc,
                 self.attn_logits, self.req_to_token, self.req_pool_indices, self.seq_lens, self.sm_scale,
                 self.logit_cap]
 
+    def named_args(self) -> dict:
+        return dict(zip(DECODE_ARGS, self.args()))
+
     def run(self) -> None:
-        OP(*self.args())
+        """Call the operator through opcall: the cache may change only at the loc rows."""
+        self.before = opcall.call(OP, self.named_args(), decode_writes(self.named_args()))
 
     def reference(self) -> torch.Tensor:
-        """Expected output: the KV write applied to copies, then plain attention."""
-        k, v = self.k_buffer.clone(), self.v_buffer.clone()
-        reference_write_kv(k, v, self.key, self.value, self.loc)
-        return reference_attention(self.query, k, v, self.req_to_token, self.req_pool_indices, self.seq_lens,
-                                   self.sm_scale, self.logit_cap)
+        """Expected output from the inputs as they were before the call: the KV write, then plain attention."""
+        a = self.before or self.named_args()
+        k, v = a["k_buffer"].clone(), a["v_buffer"].clone()
+        reference_write_kv(k, v, a["key"], a["value"], a["loc"])
+        return reference_attention(a["query"], k, v, a["req_to_token"], a["req_pool_indices"], a["seq_lens"],
+                                   a["sm_scale"], a["logit_cap"])
+
+
+DECODE_ARGS = ("query", "k_buffer", "v_buffer", "output", "key", "value", "loc", "attn_logits", "req_to_token",
+               "req_pool_indices", "seq_lens", "sm_scale", "logit_cap")
+
+
+def decode_writes(a: dict) -> dict:
+    """What decode may write: the new token's cache rows, every output row, every split of attn_logits."""
+    return {"k_buffer": opcall.rows(a["k_buffer"], a["loc"]), "v_buffer": opcall.rows(a["v_buffer"], a["loc"]),
+            "output": opcall.everything(a["output"]), "attn_logits": opcall.everything(a["attn_logits"])}
 
 
 def make_case(lens, heads, heads_kv, head_dim, head_dim_v, dtype, splits, map_dtype=torch.int64, strided=False,
@@ -77,26 +94,30 @@ def make_case(lens, heads, heads_kv, head_dim, head_dim_v, dtype, splits, map_dt
         loc[b] = slot_perm[used + length - 1]
         used += length
 
+    query, key, value = randn(batch, heads, head_dim), randn(batch, heads_kv, head_dim), randn(batch, heads_kv, head_dim_v)
+    k_buffer, v_buffer = randn(num_slots, heads_kv, head_dim), randn(num_slots, heads_kv, head_dim_v)
+    # NaN: anything the operator fails to write shows up.
+    output = torch.full((batch, heads, head_dim_v), float("nan"), dtype=dtype)
+    attn_logits = torch.full((batch, heads, splits, head_dim_v + 1), float("nan"))
+    embed = opcall.embed
     if strided:
-        # Views: a query slice of a fused QKV-like tensor with swapped batch /
-        # head strides, caches carved out of wider pools, a padded output and
-        # a padded attn_logits.
-        query = randn(heads, batch, head_dim + 6)[:, :, 3:3 + head_dim].transpose(0, 1)
-        k_buffer = randn(num_slots, heads_kv + 1, head_dim + 3)[:, 1:, 2:2 + head_dim]
-        v_buffer = randn(num_slots * 2, heads_kv, head_dim_v)[::2]
-        key = randn(batch, heads_kv, head_dim + head_dim_v)[:, :, :head_dim]
-        value = randn(batch, heads_kv, head_dim_v + 1)[:, :, 1:]
-        output = torch.full((batch, heads, head_dim_v + 4), float("nan"), dtype=dtype)[:, :, :head_dim_v]
-        attn_logits = torch.full((batch, heads, splits + 1, head_dim_v + 3), float("nan"))[:, :, 1:, :head_dim_v + 1]
+        # Views inside NaN-filled (int8: -128) base tensors, which opcall checks
+        # after the call: a query slice of a fused QKV-like tensor with swapped
+        # batch / head strides, caches carved out of wider pools (every other
+        # slot, a spare head), new K/V sliced from fused rows, a padded output
+        # and a padded attn_logits.
+        query = embed(query, lead=(0, 0, 3), swap=(0, 1))
+        k_buffer = embed(k_buffer, lead=(0, 1, 2), trail=(0, 0, 1))
+        v_buffer = embed(v_buffer, lead=(0, 0, 0), step=(2, 1, 1))
+        key = embed(key, lead=(0, 0, 0), trail=(0, 0, head_dim_v))
+        value = embed(value, lead=(0, 0, 1), trail=(0, 0, 0))
+        output = embed(output, lead=(0, 0, 0), trail=(0, 0, 4))
+        attn_logits = embed(attn_logits, lead=(0, 0, 1, 0), trail=(0, 0, 0, 2))
     else:
-        query = randn(batch, heads, head_dim)
-        k_buffer = randn(num_slots, heads_kv, head_dim)
-        v_buffer = randn(num_slots, heads_kv, head_dim_v)
-        key = randn(batch, heads_kv, head_dim)
-        value = randn(batch, heads_kv, head_dim_v)
-        # NaN: anything the operator fails to write shows up.
-        output = torch.full((batch, heads, head_dim_v), float("nan"), dtype=dtype)
-        attn_logits = torch.full((batch, heads, splits, head_dim_v + 1), float("nan"))
+        # Dense (contiguous) outputs with a sentinel row before and after:
+        # a store one row off either end lands there.
+        output = embed(output, lead=(1, 0, 0))
+        attn_logits = embed(attn_logits, lead=(1, 0, 0, 0))
     return Case(query, k_buffer, v_buffer, output, key, value, loc, attn_logits, req_to_token,
                 rows.to(torch.int64), torch.tensor(lens, dtype=torch.int64),
                 # 2/sqrt(D): scores ~N(0, 4), a peaked softmax that the cap of 2 visibly changes.
@@ -364,10 +385,6 @@ BAD_INPUTS = {
 def test_bad_input_raises_a_clear_error_and_writes_nothing(kernel_variant, name):
     mutate, message = BAD_INPUTS[name]
     case = mutate(make_case([3, 7], 4, 2, 16, 7, torch.float32, 2, spare_slots=5))
-    watched = {"k_buffer": case.k_buffer, "v_buffer": case.v_buffer, "output": case.output,
-               "attn_logits": case.attn_logits}
-    before = {k: t.clone() for k, t in watched.items()}
+    # opcall checks that the rejected call changed no byte of any argument.
     with pytest.raises(RuntimeError, match=r"rvv_attn.decode_attention_cpu: .*" + message):
         case.run()
-    for k, t in watched.items():
-        torch.testing.assert_close(t, before[k], rtol=0, atol=0, equal_nan=True, msg=f"{k} was written")
