@@ -24,17 +24,28 @@ class Outcome:
     errors: int = 0
     skipped: int = 0
     seconds: float = 0.0
+    deselected: int = 0  # as the suite's conftest records it (host_only under emulation, -k, ...)
+
+    @property
+    def collected(self) -> int:
+        return self.passed + self.failed + self.errors + self.skipped
 
     @property
     def ok(self) -> bool:
-        return self.failed == 0 and self.errors == 0
+        # A configuration that collected nothing proves nothing: a wrong path or
+        # an over-eager deselection must not look green.
+        return self.failed == 0 and self.errors == 0 and self.collected > 0
 
     def line(self) -> str:
+        if not self.collected:
+            return f"no tests collected ({self.deselected} deselected)"
         parts = [f"{self.passed} passed", f"{self.failed} failed"]
         if self.errors:
             parts.append(f"{self.errors} errors")
         if self.skipped:
             parts.append(f"{self.skipped} skipped")
+        if self.deselected:
+            parts.append(f"{self.deselected} deselected")
         return ", ".join(parts) + f" in {self.seconds:.0f} s"
 
 
@@ -42,7 +53,7 @@ def parse_junit(path: Path) -> Outcome:
     """Counts from pytest's JUnit XML (one <testsuite>, possibly under <testsuites>)."""
     root = ET.parse(path).getroot()
     suites = [root] if root.tag == "testsuite" else list(root.iter("testsuite"))
-    total = failed = errors = skipped = 0
+    total = failed = errors = skipped = deselected = 0
     seconds = 0.0
     for s in suites:
         total += int(s.get("tests", 0))
@@ -50,7 +61,10 @@ def parse_junit(path: Path) -> Outcome:
         errors += int(s.get("errors", 0))
         skipped += int(s.get("skipped", 0))
         seconds += float(s.get("time", 0.0))
-    return Outcome(total - failed - errors - skipped, failed, errors, skipped, seconds)
+        for prop in s.iter("property"):
+            if prop.get("name") == "deselected":
+                deselected += int(prop.get("value", 0))
+    return Outcome(total - failed - errors - skipped, failed, errors, skipped, seconds, deselected)
 
 
 def results_dir(name: str) -> Path:
@@ -112,7 +126,7 @@ def summary_table(since: float) -> list[str]:
         if data.get("finished", 0) < since:
             continue
         outcome = Outcome(**data["outcome"]) if data.get("outcome") else None
-        status = "ok  " if data["returncode"] == 0 else "FAIL"
+        status = "ok  " if data["returncode"] == 0 and outcome is not None and outcome.ok else "FAIL"
         text = outcome.line() if outcome else f"no report (exit code {data['returncode']})"
         where = f"  [{data['qemu_cpu']}]" if data.get("qemu_cpu") else ""
         rows.append(f"{status} {data['label']:<24} {text}{where}")
