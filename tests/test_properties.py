@@ -10,13 +10,16 @@ import re
 
 import pytest
 import torch
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from reference import write_kv as reference_write_kv
 from test_kv_write import write
-from strategies import (decode_cases, decode_mutation, extend_cases, extend_mutation, int8_decode_cases,
-                        int8_extend_cases, kv_write_calls, kv_write_mutations)
+from strategies import (built, decode_cases, decode_edge, decode_mutation, extend_cases, extend_edge, extend_mutation,
+                        int8_decode_cases, int8_decode_edge, int8_extend_cases, int8_extend_edge, kv_write_calls,
+                        kv_write_mutations)
+
+NAN = float("nan")
 
 
 @given(call=kv_write_calls())
@@ -39,9 +42,12 @@ def test_kv_write_rejects_invalid_calls_and_writes_nothing(kernel_variant, call,
 
 
 @given(case=decode_cases())
+@example(case=decode_edge(128, 1))
+@example(case=decode_edge(256, 2, logit_cap=30.0))
 def test_decode_matches_reference(kernel_variant, case):
     from test_decode_attention import assert_matches_reference
 
+    case = built(case)
     case.run()
     assert_matches_reference(case)
 
@@ -55,7 +61,10 @@ def test_decode_rejects_invalid_calls_and_writes_nothing(kernel_variant, case, d
 
 
 @given(case=extend_cases())
+@example(case=extend_edge(128))
+@example(case=extend_edge(256))
 def test_extend_matches_reference(kernel_variant, case):
+    case = built(case)
     case.check(case.run())
 
 
@@ -68,10 +77,14 @@ def test_extend_rejects_invalid_calls_and_writes_nothing(kernel_variant, case, d
 
 
 @given(t=int8_decode_cases())
+@example(t=int8_decode_edge(128, NAN, NAN))
+@example(t=int8_decode_edge(256, 0.02, NAN))
 def test_int8_decode_matches_reference(kernel_variant, t):
-    t.check()
+    built(t).check()
 
 
 @given(t=int8_extend_cases())
+@example(t=int8_extend_edge(128, NAN, 0.02))
+@example(t=int8_extend_edge(256, NAN, NAN))
 def test_int8_extend_matches_reference(kernel_variant, t):
-    t.check()
+    built(t).check()
