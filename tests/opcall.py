@@ -142,7 +142,7 @@ def call(op, args: Mapping[str, object], writes: Mapping[str, torch.Tensor] | No
     except BaseException:
         for storage in storages.values():
             storage.allowed.zero_()
-        _check(op, storages, "although the call was rejected")
+        _check(op, storages, " by a rejected call")
         raise
     _check(op, storages, "")
     return before
@@ -154,5 +154,5 @@ def _check(op, storages: Mapping[int, _Storage], context: str) -> None:
         if stray.any():
             first = int(stray.nonzero()[0])
             count = int(stray.sum())
-            raise AssertionError(f"{op}: {count} byte(s) changed where nothing may be written {context}; "
+            raise AssertionError(f"{op}: {count} byte(s) changed where nothing may be written{context}; "
                                  f"the first at {storage.where(first)}")

@@ -39,7 +39,7 @@ def _kv_write() -> tuple[torch.Tensor, ...]:
 
 def _decode() -> tuple[torch.Tensor, ...]:
     # 4 x 2 x 3 = 24 split items, 4 x 8 = 32 merge items.
-    case = make_case([70, 1, 33, 130], 8, 2, 40, 24, torch.bfloat16, 3, seed=6)
+    case = make_case([70, 1, 33, 130], 8, 2, 40, 24, torch.float32, 3, seed=6)  # float32: no rounding hides a bit
     case.run()
     return case.output, case.attn_logits, case.k_buffer, case.v_buffer
 
