@@ -21,6 +21,7 @@ overwrites (and that a stray read turns into NaN or a huge value).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 
 import torch
@@ -156,3 +157,74 @@ def _check(op, storages: Mapping[int, _Storage], context: str) -> None:
             count = int(stray.sum())
             raise AssertionError(f"{op}: {count} byte(s) changed where nothing may be written{context}; "
                                  f"the first at {storage.where(first)}")
+
+
+# ---- what each operator documents that it writes ------------------------------------------------
+def _new_token_slots(a: Mapping[str, object]) -> list[int]:
+    """Cache slots of extend's new tokens: req_to_token[req_pool_indices[b], prefix_b + i]."""
+    slots = []
+    m, pools = a["req_to_token"], a["req_pool_indices"]
+    for b, (total, ext) in enumerate(zip(a["seq_lens"].tolist(), a["extend_seq_lens"].tolist())):
+        row = int(pools[b])
+        if not (0 <= row < m.shape[0]) or ext <= 0 or total > m.shape[1]:
+            continue  # an invalid call: rejected, and then nothing may change
+        slots += [int(s) for s in m[row, max(total - ext, 0):total].tolist()]
+    return slots
+
+
+def _owned_rows(a: Mapping[str, object]) -> list[int]:
+    """Rows of o_extend some sequence owns: extend_start_loc[b] ..+ extend_seq_lens[b]."""
+    return [r for start, n in zip(a["extend_start_loc"].tolist(), a["extend_seq_lens"].tolist())
+            for r in range(start, start + max(n, 0))]
+
+
+def documented_writes(name: str, a: Mapping[str, object]) -> dict[str, torch.Tensor]:
+    """The elements operator ``name`` may change, per its documentation, for arguments ``a``."""
+    writes: dict[str, torch.Tensor] = {}
+    if name == "decode_set_kv_buffer" or name.startswith("decode_attention"):
+        new_slots, new_rows = a["loc"], a["key"]
+    elif name == "extend_attention_int8_cpu":
+        new_slots, new_rows = _new_token_slots(a), a["k_extend"]
+    else:
+        new_slots, new_rows = None, None
+    if new_slots is not None and name != "extend_attention_cpu":
+        writes["k_buffer"] = rows(a["k_buffer"], new_slots)
+        writes["v_buffer"] = rows(a["v_buffer"], new_slots)
+    if name.endswith("int8_cpu") and new_rows.dtype != torch.int8:
+        # Dynamic (NaN) scales of float rows are computed and stored; int8 rows come with the caller's.
+        for side in ("k", "v"):
+            if math.isnan(a[f"{side}_scale"]):
+                writes[f"{side}_scale_buf"] = rows(a[f"{side}_scale_buf"], new_slots)
+    if name.startswith("decode_attention"):
+        writes["output"] = everything(a["output"])
+        writes["attn_logits"] = everything(a["attn_logits"])
+    if name.startswith("extend_attention"):
+        o = a["o_extend"]
+        writes["o_extend"] = rows(o, [r for r in _owned_rows(a) if 0 <= r < o.shape[0]])
+    return writes
+
+
+def call_documented(name: str, a: Mapping[str, object]) -> dict[str, object]:
+    """``call`` with the operator's documented writes."""
+    import rvv_attn
+
+    return call(getattr(rvv_attn.ops, name), a, documented_writes(name, a))
+
+
+class CheckedOps:
+    """``rvv_attn.ops`` for tests that call operators positionally: every call goes through ``call``
+    with the operator's documented writes; operators that write nothing are returned as they are."""
+
+    def __getattr__(self, name: str):
+        import rvv_attn
+
+        op = getattr(rvv_attn.ops, name)
+        if not written_arguments(op):
+            return op
+        names = [arg.name for arg in op.default._schema.arguments]
+
+        def checked(*args, **kwargs):
+            a = dict(zip(names, args), **kwargs)
+            call_documented(name, a)
+
+        return checked

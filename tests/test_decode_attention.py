@@ -88,8 +88,7 @@ DECODE_ARGS = ("query", "k_buffer", "v_buffer", "output", "key", "value", "loc",
 
 def decode_writes(a: dict) -> dict:
     """What decode may write: the new token's cache rows, every output row, every split of attn_logits."""
-    return {"k_buffer": opcall.rows(a["k_buffer"], a["loc"]), "v_buffer": opcall.rows(a["v_buffer"], a["loc"]),
-            "output": opcall.everything(a["output"]), "attn_logits": opcall.everything(a["attn_logits"])}
+    return opcall.documented_writes("decode_attention_cpu", a)
 
 
 def make_case(lens, heads, heads_kv, head_dim, head_dim_v, dtype, splits, map_dtype=torch.int64, strided=False,

@@ -59,18 +59,10 @@ def _rows(shape, scale: float, g: torch.Generator, magnitudes: bool, zero_rows: 
 
 
 def call_int8(op, args: dict, new_slots) -> dict:
-    """An int8 operator through opcall: it may write the new tokens' cache rows, their scales (dynamic mode,
-    float rows: int8 rows come with the caller's scales), the output rows of the batch and attn_logits."""
-    float_rows = args["key" if "key" in args else "k_extend"].dtype != torch.int8
-    writes = {"k_buffer": opcall.rows(args["k_buffer"], new_slots),
-              "v_buffer": opcall.rows(args["v_buffer"], new_slots)}
-    for side in ("k", "v"):
-        if float_rows and _dyn(args[f"{side}_scale"]):
-            writes[f"{side}_scale_buf"] = opcall.rows(args[f"{side}_scale_buf"], new_slots)
-    if "output" in args:
-        writes.update(output=opcall.everything(args["output"]), attn_logits=opcall.everything(args["attn_logits"]))
-    else:
-        writes.update(extend_writes(args))
+    """An int8 operator through opcall with its documented writes (the new tokens' rows and dynamic scales of
+    float rows, the batch's output rows and attn_logits); ``new_slots`` must be where they go."""
+    name = op._qualified_op_name.split("::")[-1] if hasattr(op, "_qualified_op_name") else str(op).split(".")[-1]
+    writes = opcall.documented_writes(name, args)
     return opcall.call(op, args, writes)
 
 
