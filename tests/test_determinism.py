@@ -4,8 +4,13 @@ Every operator splits its work into independent items (decode: sequence x KV
 head x split, then sequence x query head; extend: sequence x query head x
 query block; the KV writes: sequence) and computes each item the same way
 whichever thread takes it, so torch.set_num_threads must not change a single
-bit. Each case has more work items than the largest thread count tried. Under
-QEMU the threads are real host threads, so the races are real too.
+bit. Each case has more work items than the largest thread count tried.
+
+Measured while writing this test: the library is compiled without OpenMP, so
+the OpenMP region inside the inline at::parallel_for runs on the calling
+thread and every call is one chunk, whatever torch.set_num_threads says (a
+kernel whose result depended on its chunk boundaries passed). The test holds
+the guarantee for when the operators do run on several threads.
 """
 
 from __future__ import annotations
