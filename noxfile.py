@@ -17,6 +17,7 @@ import nox
 sys.path.insert(0, str(Path(__file__).parent / "ci"))
 
 from cross import build, host, qemu, repro, sysroot, testrun, vlens  # noqa: E402
+from cross import warm as warm_targets  # noqa: E402
 from cross.errors import CrossError  # noqa: E402
 from cross.paths import BUILD_DIR  # noqa: E402
 from cross.proc import Stopwatch, log  # noqa: E402
@@ -46,14 +47,34 @@ def _toolchain(session: nox.Session) -> tuple[Path, Path]:
     return qemu_bin, root
 
 
-def _cross_build(session: nox.Session, root: Path, out_dir: Path = BUILD_DIR / "wheels", debug: bool = False) -> Path:
-    """Build (incrementally) the riscv64 wheel with the portable build and every VLEN variant."""
+def _cross_build(session: nox.Session, root: Path, out_dir: Path = BUILD_DIR / "wheels", debug: bool = False,
+                 only: list[vlens.Variant] | None = None) -> Path:
+    """Build (incrementally) the riscv64 wheel with the portable build and every VLEN variant (or ``only``)."""
     session.install(*build.BUILD_REQUIREMENTS)
+    try:
+        host.ensure_host_packages(build.COMPILER_CACHE_PACKAGES)
+    except CrossError as err:
+        session.error(str(err))
     kind = dict(build_dir=BUILD_DIR / "riscv64-debug", build_type="RelWithDebInfo") if debug else {}
-    with Stopwatch("cross-building the riscv64 wheel (portable + every VLEN variant; incremental)"):
-        session.run("python", "-m", "pip", *build.cross_wheel_args(root, out_dir, vlens.variants(), **kind),
-                    silent=True)
+    if only:
+        kind = dict(build_dir=build.cross_tree(only).build)
+    what = f"portable + {', '.join(v.name for v in only)}" if only else "portable + every VLEN variant"
+    with Stopwatch(f"cross-building the riscv64 wheel ({what}; incremental)"):
+        session.run("python", "-m", "pip", *build.cross_wheel_args(root, out_dir, only or vlens.variants(),
+                                                                   launcher="ccache", **kind),
+                    silent=True, env=build.compiler_cache_env())
     return build.newest_wheel(out_dir)
+
+
+def _stage_for(session: nox.Session, root: Path, only: list[vlens.Variant]) -> Path:
+    """The library for a session that runs only ``only``: the full build if it is current, else portable + those."""
+    session.install(*build.BUILD_REQUIREMENTS)
+    full = build.cross_tree()
+    if build.is_current(full, str(Path(session.virtualenv.bin) / "ninja")):
+        log("the full build (every VLEN) is current: using it")
+        return build.stage_wheel(build.newest_wheel(full.wheels), full.stage)
+    tree = build.cross_tree(only)
+    return build.stage_wheel(_cross_build(session, root, tree.wheels, only=only), tree.stage)
 
 
 def _host_build(session: nox.Session, build_dir: Path = BUILD_DIR / "host", defines: list[str] | None = None) -> None:
@@ -108,7 +129,7 @@ def test_toolchain(session: nox.Session) -> None:
 
 def _test_vlen(session: nox.Session, variant: vlens.Variant, agnostic: bool) -> None:
     qemu_bin, root = _toolchain(session)
-    stage = build.stage_wheel(_cross_build(session, root), BUILD_DIR / "stage-riscv64")
+    stage = _stage_for(session, root, [variant])
     label = f"test-{variant.name}" + ("-agnostic" if agnostic else "")
     code, outcome = testrun.run_emulated_pytest(qemu_bin, root, stage, variant, session.posargs or ["tests"],
                                                 agnostic_ones=agnostic, label=label)
@@ -121,11 +142,12 @@ def _shell_vlen(session: nox.Session, variant: vlens.Variant) -> None:
     if not session.posargs:
         session.error(f"give a command after --, e.g. nox -s shell-{variant.name} -- python3 -c 'import rvv_attn'")
     qemu_bin, root = _toolchain(session)
-    stage = build.stage_wheel(_cross_build(session, root), BUILD_DIR / "stage-riscv64")
+    stage = _stage_for(session, root, [variant])
     tmp = BUILD_DIR / "tmp"
     tmp.mkdir(parents=True, exist_ok=True)
-    cmd = guest_command(qemu_bin, root, variant, session.posargs)
-    session.run(*cmd, env=guest_env(stage, tmp), include_outer_env=False, external=True)
+    env = guest_env(stage, tmp)
+    cmd = warm_targets.route(guest_command(qemu_bin, root, variant, session.posargs), env, report=log)
+    session.run(*cmd, env=env, include_outer_env=False, external=True)
 
 
 def _register_vlen_sessions(variant: vlens.Variant) -> None:
@@ -191,9 +213,10 @@ def repro_matrix(session: nox.Session) -> None:
         return
     if opts.host:
         _host_build(session, BUILD_DIR / "host-repro")
-    stage = build.stage_wheel(_cross_build(session, root), BUILD_DIR / "stage-riscv64")
+    stage = _stage_for(session, root, [vlens.by_vlen(v) for v in opts.vlens])
     out = testrun.results_dir("repro")
     configs = repro.configurations(opts)
+    log(repro.warm_report(configs))
     log(f"running {len(configs)} configurations, {opts.jobs or os.cpu_count()} at a time; logs in {out}")
     python = str(Path(session.virtualenv.bin) / "python")
     results = repro.run_matrix(configs, repro.command_factory(python, qemu_bin, root, stage, pytest_args), out,
@@ -218,6 +241,33 @@ def _repro_gdb(session: nox.Session, opts: repro.Options, pytest_args: list[str]
     cmd = [cmd[0], "-g", str(opts.gdb_port), *cmd[1:]]
     print(repro.gdb_instructions(opts.gdb_port, root, stage, variant, cmd[cmd.index("-cpu") + 2]), flush=True)
     session.run(*cmd, env=env, include_outer_env=False, external=True)
+
+
+@nox.session(python=False, default=False)
+def warm(session: nox.Session) -> None:
+    """Start warm targets (emulated Python with torch imported; a fresh fork per run): -- --vlens=256, or --stop.
+
+    Options: --vlens=128,256 (or all)  --policies=undisturbed,agnostic (or all; default undisturbed)
+    --idle-timeout=900 (seconds without a request before a target exits)  --stop (stop every target).
+    Without options: list the running targets. shell-vlenN, test-vlenN and repro use a matching one.
+    """
+    try:
+        opts = warm_targets.parse_posargs(session.posargs)
+        if opts.stop:
+            if not warm_targets.stop(report=log):
+                log("no warm target was running")
+            return
+        if not opts.targets:
+            found = warm_targets.running()
+            for target, info in found:
+                log(f"{target.label}: running (pid {info['pid']}, {info['running']} request(s) in flight)")
+            log("no warm target is running" if not found else "stop them with: nox -s warm -- --stop")
+            log("start some with: nox -s warm -- --vlens=256  (or --vlens=all --policies=all for repro)")
+            return
+        qemu_bin, root = _toolchain(session)
+        warm_targets.start(opts.targets, qemu_bin, root, opts.idle_timeout, report=log)
+    except CrossError as err:
+        session.error(str(err))
 
 
 @nox.session(default=False)

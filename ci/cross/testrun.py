@@ -15,6 +15,7 @@ from .paths import BUILD_DIR, PROJECT_ROOT
 from .proc import log, quote
 from .runner import guest_command, guest_env
 from .vlens import Variant
+from .warm import route
 
 
 @dataclass(frozen=True)
@@ -88,7 +89,11 @@ def run_emulated_pytest(qemu: Path, sysroot: Path, stage: Path, variant: Variant
     junit = results_dir(label) / "junit.xml"
     junit.unlink(missing_ok=True)
     cmd, env = emulated_pytest(qemu, sysroot, stage, variant, pytest_args, junit, agnostic_ones)
-    log(f"running the suite under QEMU ({variant.qemu_cpu(agnostic_ones)}); importing torch alone takes ~20 s")
+    routed = route(cmd, env, report=log)
+    if routed == cmd:
+        log(f"running the suite under QEMU ({variant.qemu_cpu(agnostic_ones)}); importing torch alone takes ~20 s "
+            f"(a warm target skips that: nox -s warm -- --vlens={variant.vlen})")
+    cmd = routed
     log(quote(cmd))
     start = time.monotonic()
     returncode = subprocess.run(cmd, env=env, cwd=PROJECT_ROOT, stdin=subprocess.DEVNULL).returncode
