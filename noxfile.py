@@ -72,9 +72,11 @@ def _stage_for(session: nox.Session, root: Path, only: list[vlens.Variant]) -> P
     full = build.cross_tree()
     if build.is_current(full, str(Path(session.virtualenv.bin) / "ninja")):
         log("the full build (every VLEN) is current: using it")
-        return build.stage_wheel(build.newest_wheel(full.wheels), full.stage)
+        stage = build.stage_wheel(build.newest_wheel(full.wheels), full.stage)
+        return build.record_variants(stage, vlens.variants())
     tree = build.cross_tree(only)
-    return build.stage_wheel(_cross_build(session, root, tree.wheels, only=only), tree.stage)
+    stage = build.stage_wheel(_cross_build(session, root, tree.wheels, only=only), tree.stage)
+    return build.record_variants(stage, sorted(only, key=lambda v: v.vlen))
 
 
 def _host_build(session: nox.Session, build_dir: Path = BUILD_DIR / "host", defines: list[str] | None = None) -> None:

@@ -41,8 +41,8 @@ def cross_wheel_args(sysroot: Path, out_dir: Path, variants: Sequence[Variant],
     """``pip wheel`` arguments for the riscv64 wheel holding ``variants`` and the portable build."""
     vlens = ";".join(str(v.vlen) for v in variants)
     cache = ["-C", f"cmake.define.CMAKE_CXX_COMPILER_LAUNCHER={launcher}"] if launcher else []
-    return [*cache,
-        "wheel", "--no-build-isolation", "--no-deps", "-w", str(out_dir),
+    return [
+        "wheel", "--no-build-isolation", "--no-deps", "-w", str(out_dir), *cache,
         "-C", f"build-dir={build_dir}",
         "-C", f"cmake.build-type={build_type}",
         "-C", f"cmake.toolchain-file={TOOLCHAIN_FILE}",
@@ -103,6 +103,20 @@ def cross_tree(only: Sequence[Variant] | None = None, build_dir: Path = BUILD_DI
     suffix = "-".join(v.name for v in sorted(set(only), key=lambda v: v.vlen))
     return CrossTree(build_dir / f"riscv64-{suffix}", build_dir / f"wheels-{suffix}",
                      build_dir / f"stage-riscv64-{suffix}")
+
+
+VARIANTS_FILE = ".variants"
+
+
+def record_variants(stage: Path, variants: Sequence[Variant]) -> Path:
+    """Note in ``stage`` which variants its library holds (the emulated tests check it holds exactly those)."""
+    (stage / VARIANTS_FILE).write_text(",".join(["portable", *(v.name for v in variants)]) + "\n")
+    return stage
+
+
+def recorded_variants(stage: Path) -> str | None:
+    path = stage / VARIANTS_FILE
+    return path.read_text().strip() if path.exists() else None
 
 
 # Inputs of the wheel that ninja does not track (scikit-build-core copies them at packing time).

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from .build import recorded_variants
 from .paths import BUILD_DIR, PROJECT_ROOT
 from .proc import log, quote
 from .runner import guest_command, guest_env
@@ -71,7 +72,10 @@ def emulated_pytest(qemu: Path, sysroot: Path, stage: Path, variant: Variant, py
     cmd = guest_command(qemu, sysroot, variant, argv, agnostic_ones)
     tmp = BUILD_DIR / "tmp"
     tmp.mkdir(parents=True, exist_ok=True)
+    compiled = recorded_variants(stage)
     env = guest_env(stage, tmp, extra={
+        # What the staged library holds, when the session knows: a one-VLEN build has only portable + that VLEN.
+        **({"RVV_ATTN_EXPECT_COMPILED": compiled} if compiled else {}),
         "RVV_ATTN_EXPECT_VARIANT": variant.name,
         "RVV_ATTN_EXPECT_VLEN": str(variant.vlen),
         "RVV_ATTN_QEMU_CPU": variant.qemu_cpu(agnostic_ones),
