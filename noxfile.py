@@ -50,7 +50,7 @@ def _toolchain(session: nox.Session) -> tuple[Path, Path]:
 def _cross_build(session: nox.Session, root: Path, out_dir: Path = BUILD_DIR / "wheels", debug: bool = False,
                  only: list[vlens.Variant] | None = None) -> Path:
     """Build (incrementally) the riscv64 wheel with the portable build and every VLEN variant (or ``only``)."""
-    session.install(*build.BUILD_REQUIREMENTS)
+    _install_build_tools(session)
     try:
         host.ensure_host_packages(build.COMPILER_CACHE_PACKAGES)
     except CrossError as err:
@@ -66,16 +66,27 @@ def _cross_build(session: nox.Session, root: Path, out_dir: Path = BUILD_DIR / "
     return build.newest_wheel(out_dir)
 
 
+def _install_build_tools(session: nox.Session) -> None:
+    # pip's own "already satisfied" check costs seconds: skip it when the tools are there.
+    if not build.build_tools_present(Path(session.virtualenv.bin)):
+        session.install(*build.BUILD_REQUIREMENTS)
+
+
 def _stage_for(session: nox.Session, root: Path, only: list[vlens.Variant]) -> Path:
     """The library for a session that runs only ``only``: the full build if it is current, else portable + those."""
-    session.install(*build.BUILD_REQUIREMENTS)
+    _install_build_tools(session)
     full = build.cross_tree()
     if build.is_current(full, str(Path(session.virtualenv.bin) / "ninja")):
         log("the full build (every VLEN) is current: using it")
         stage = build.stage_wheel(build.newest_wheel(full.wheels), full.stage)
         return build.record_variants(stage, vlens.variants())
     tree = build.cross_tree(only)
-    stage = build.stage_wheel(_cross_build(session, root, tree.wheels, only=only), tree.stage)
+    if (tree.build / "build.ninja").exists():  # configured before: ninja alone compiles what changed
+        with Stopwatch(f"building portable + {', '.join(v.name for v in only)} in {tree.build} (incremental)"):
+            session.run("ninja", "-C", str(tree.build), env=build.compiler_cache_env(), silent=True)
+        stage = build.stage_tree(tree)
+    else:
+        stage = build.stage_wheel(_cross_build(session, root, tree.wheels, only=only), tree.stage)
     return build.record_variants(stage, sorted(only, key=lambda v: v.vlen))
 
 

@@ -19,6 +19,12 @@ RISCV_WHEEL_TAG = "py3-none-linux_riscv64"
 BUILD_REQUIREMENTS = ["scikit-build-core>=0.10", "cmake>=3.21", "ninja"]
 
 
+def build_tools_present(venv_bin: Path) -> bool:
+    """True when a venv already has what BUILD_REQUIREMENTS installs."""
+    site = list(venv_bin.parent.glob("lib/python3*/site-packages/scikit_build_core"))
+    return bool(site) and (venv_bin / "cmake").exists() and (venv_bin / "ninja").exists()
+
+
 def host_install_args(build_dir: Path = BUILD_DIR / "host", extra_cmake: Sequence[str] = ()) -> list[str]:
     """``pip install`` arguments for the portable host build (incremental in ``build_dir``).
 
@@ -103,6 +109,41 @@ def cross_tree(only: Sequence[Variant] | None = None, build_dir: Path = BUILD_DI
     suffix = "-".join(v.name for v in sorted(set(only), key=lambda v: v.vlen))
     return CrossTree(build_dir / f"riscv64-{suffix}", build_dir / f"wheels-{suffix}",
                      build_dir / f"stage-riscv64-{suffix}")
+
+
+PACKAGE_DIR = PROJECT_ROOT / "python" / "rvv_attn"
+LIBRARY = "librvv_attn_ops.so"
+
+
+def stage_tree(tree: CrossTree, package_dir: Path = PACKAGE_DIR) -> Path:
+    """Stage a configured tree's library with the package's Python files, without packing a wheel.
+
+    For one-VLEN builds: pip + scikit-build-core re-run CMake's configure step
+    and pack a wheel on every build (about 8 s here); ninja alone then only
+    compiles what changed. The library is the tree's unstripped one. Files
+    are replaced by rename, so a process that has the old library open keeps it.
+    """
+    stage = tree.stage
+    (stage / "rvv_attn").mkdir(parents=True, exist_ok=True)
+    (stage / ".staged-from").unlink(missing_ok=True)
+    wanted = {p.relative_to(package_dir) for p in package_dir.rglob("*.py")}
+    for rel in wanted:
+        _replace(package_dir / rel, stage / "rvv_attn" / rel)
+    for old in (stage / "rvv_attn").rglob("*.py"):
+        if old.relative_to(stage / "rvv_attn") not in wanted:
+            old.unlink()
+    _replace(tree.build / LIBRARY, stage / "rvv_attn" / LIBRARY)
+    return stage
+
+
+def _replace(source: Path, target: Path) -> None:
+    if target.exists() and target.stat().st_mtime_ns == source.stat().st_mtime_ns \
+            and target.stat().st_size == source.stat().st_size:
+        return
+    target.parent.mkdir(parents=True, exist_ok=True)
+    partial = target.with_name(target.name + ".partial")
+    shutil.copy2(source, partial)
+    partial.replace(target)
 
 
 VARIANTS_FILE = ".variants"

@@ -249,3 +249,22 @@ def test_staging_the_same_wheel_twice_unpacks_it_once(tmp_path):
     os.utime(wheel, (later, later))
     build.stage_wheel(wheel, stage)
     assert (stage / "rvv_attn" / "__init__.py").read_text() == ""
+
+
+def test_staging_a_tree_copies_the_package_and_library_and_drops_stale_files(tmp_path):
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("x = 1\n")
+    tree = build.cross_tree([vlens.by_vlen(256)], tmp_path)
+    tree.build.mkdir()
+    (tree.build / build.LIBRARY).write_bytes(b"v1")
+    (tree.stage / "rvv_attn").mkdir(parents=True)
+    (tree.stage / "rvv_attn" / "removed.py").write_text("")
+    stage = build.stage_tree(tree, package)
+    assert sorted(p.name for p in (stage / "rvv_attn").iterdir()) == ["__init__.py", build.LIBRARY]
+    inode = (stage / "rvv_attn" / build.LIBRARY).stat().st_ino
+    (tree.build / build.LIBRARY).write_bytes(b"v2")
+    build.stage_tree(tree, package)
+    # Replaced by rename (a new file), so a process holding the old one is unaffected.
+    assert (stage / "rvv_attn" / build.LIBRARY).read_bytes() == b"v2"
+    assert (stage / "rvv_attn" / build.LIBRARY).stat().st_ino != inode
