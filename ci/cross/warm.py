@@ -15,6 +15,7 @@ have, so QEMU's ``-L`` redirection leaves it alone.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import signal
@@ -158,7 +159,12 @@ def startup_env(env: Mapping[str, str]) -> dict[str, str]:
 def identity(target: Target, qemu: Path, sysroot: Path, env: Mapping[str, str]) -> dict:
     """What a request must agree with to be served by a target (echoed back by its ping)."""
     return {"label": target.label, "qemu": str(qemu), "sysroot": str(sysroot), "cpu": target.qemu_cpu,
-            "env": startup_env(env)}
+            "env": startup_env(env), "server": server_version()}
+
+
+def server_version() -> str:
+    """Changes with the server's code: a target started by an older one is not used."""
+    return hashlib.sha256(GUEST_SCRIPT.read_bytes()).hexdigest()[:16]
 
 
 def matches(reply: dict | None, wanted: dict) -> bool:
@@ -203,8 +209,8 @@ def route(cmd: Sequence[str], env: Mapping[str, str], warm_dir: Path = WARM_DIR,
         return list(cmd)
     if not matches(reply, identity(target, qemu, sysroot, env)):
         if report:
-            report(f"warm target {target.label} is running but was started with another QEMU, sysroot or "
-                   "start-up environment; starting cold (restart it: nox -s warm -- --stop)")
+            report(f"warm target {target.label} is running but was started with another QEMU, sysroot, server or "
+                   "start-up environment; starting cold (restart it: nox -s warm -- --vlens=...)")
         return list(cmd)
     if report:
         report(f"running in the warm target {target.label} (pid {reply.get('pid')}; a fresh child per run)")

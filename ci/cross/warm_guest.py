@@ -106,10 +106,17 @@ def _reopen_stdio() -> None:
 
 
 def _reseed() -> None:
-    """Fresh random state, as each fresh interpreter has (``random`` reseeds itself after fork)."""
+    """Fresh random state, as each fresh interpreter has (``random`` reseeds itself after fork).
+
+    torch seeds its default generator from the OS at start-up, numpy its
+    global RandomState: without this every child would share the server's.
+    """
     numpy_random = sys.modules.get("numpy.random")
     if numpy_random is not None:
         numpy_random.seed()
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        torch.seed()
 
 
 def _exit_code(err: SystemExit) -> int:
