@@ -42,7 +42,7 @@ def server(tmp_path: Path, fake_root: Path):
     cmd = [sys.executable, str(warm.GUEST_SCRIPT), "--socket", str(target.socket_path(warm_dir)),
            "--idle-timeout", "60", "--preload", "json", "--info", json.dumps(info)]
     log = (warm_dir / "server.log").open("w")
-    proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    proc = subprocess.Popen(cmd, env={**env, "ONLY_IN_THE_SERVER": "1"}, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     deadline = time.monotonic() + 30
     while warm.ping(target.socket_path(warm_dir)) is None:
         assert proc.poll() is None, (warm_dir / "server.log").read_text()
@@ -95,12 +95,13 @@ def test_request_gets_the_callers_cwd_env_args_and_exit_status(server, fake_root
     warm_dir, env, _ = server
     (tmp_path / "work").mkdir()
     script = tmp_path / "work" / "prog.py"
-    script.write_text("import os, sys\nprint(os.getcwd(), os.environ['WHO'], sys.argv[1:], sys.path[0])\n"
+    script.write_text("import os, sys\nprint(os.getcwd(), os.environ['WHO'], sys.argv[1:], sys.path[0], "
+                      "os.environ.get('ONLY_IN_THE_SERVER'))\n"
                       "sys.exit(int(sys.argv[1]))\n")
     req_env = {**env, "WHO": "me", "PYTHONPATH": str(tmp_path)}
     done = _run(warm.route(_cold(fake_root, str(script), "7"), req_env, warm_dir), req_env, tmp_path / "work")
     assert done.returncode == 7
-    assert done.stdout.split() == [str(tmp_path / "work"), "me", "['7']", str(tmp_path / "work")]
+    assert done.stdout.split() == [str(tmp_path / "work"), "me", "['7']", str(tmp_path / "work"), "None"]
 
 
 def test_module_form_sees_pythonpath_and_raises_like_python(server, fake_root, tmp_path):
