@@ -7,6 +7,7 @@ matrix (host, every VLEN, the agnostic-policy lane) and prints one line each.
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import time
@@ -16,7 +17,7 @@ import nox
 
 sys.path.insert(0, str(Path(__file__).parent / "ci"))
 
-from cross import build, host, qemu, repro, sysroot, testrun, vlens  # noqa: E402
+from cross import bench, build, host, plugin_qemu, qemu, repro, sysroot, testrun, vlens  # noqa: E402
 from cross.errors import CrossError  # noqa: E402
 from cross.paths import BUILD_DIR  # noqa: E402
 from cross.proc import Stopwatch, log  # noqa: E402
@@ -236,6 +237,84 @@ def pin_qemu(session: nox.Session) -> None:
     except CrossError as err:
         session.error(str(err))
     log(f"pinned {pin.package} {pin.version} sha256 {pin.sha256}; commit toolchains/qemu.lock.json")
+
+
+def _bench_runner(session: nox.Session) -> bench.Runner:
+    """Toolchain, the riscv64 wheel (staged apart from the test sessions'), the plugin QEMU and the plugin."""
+    qemu_bin, root = _toolchain(session)
+    stage = build.stage_wheel(_cross_build(session, root), BUILD_DIR / "stage-bench")
+    session.install(*plugin_qemu.BUILD_REQUIREMENTS)
+    try:
+        counting = plugin_qemu.ensure_plugin_qemu(Path(session.virtualenv.bin) / "python")
+        plugin = plugin_qemu.build_plugin(counting, BUILD_DIR / "bench-plugin")
+    except CrossError as err:
+        session.error(str(err))
+    log(f"counting with {plugin_qemu.qemu_version(counting.binary)} and {plugin}")
+    return bench.Runner(counting.binary, plugin, root, stage, BUILD_DIR / "bench")
+
+
+def _bench_env(runner: bench.Runner) -> dict[str, str]:
+    tmp = BUILD_DIR / "tmp"
+    tmp.mkdir(parents=True, exist_ok=True)
+    return guest_env(runner.stage, tmp)
+
+
+@nox.session(name="bench", default=False)
+def bench_session(session: nox.Session) -> None:
+    """Count instructions of every kernel at every VLEN (and torch's SDPA); write bench/results, check the baseline.
+
+    Options: --update-baseline (write bench/baseline.json and the README's table from this run),
+    --jobs=N (emulated processes at once; default: the number of cores).
+    """
+    try:
+        opts = bench.parse_posargs(session.posargs)
+    except CrossError as err:
+        session.error(str(err))
+    session.install("matplotlib")
+    runner = _bench_runner(session)
+    configs = bench.full_configs()
+    started = time.monotonic()
+    log(f"running {len(configs)} benchmark processes, {opts.jobs or os.cpu_count()} at a time; "
+        f"logs in {runner.work}")
+    rows = bench.run_all(runner, configs, _bench_env(runner), opts.jobs or os.cpu_count() or 1, log)
+    doc = bench.document(rows, bench.run_meta(runner.qemu, time.monotonic() - started))
+    paths = bench.write_results(doc, bench.RESULTS_DIR)
+    log("wrote " + ", ".join(str(p.relative_to(Path.cwd())) for p in paths))
+    _check_against_baseline(session, doc, update=opts.update_baseline)
+
+
+def _check_against_baseline(session: nox.Session, doc: dict, update: bool) -> None:
+    if update:
+        bench.write_baseline(doc)
+        log(f"baseline written: {bench.BASELINE_FILE.name}, README table updated; commit both")
+        return
+    try:
+        baseline = bench.load_document(bench.BASELINE_FILE)
+    except CrossError as err:
+        session.error(str(err))
+    regressions, improvements = bench.compare(baseline, doc)
+    for line in improvements:
+        log(f"improved: {line}")
+    if regressions:
+        session.error(f"{len(regressions)} figures grew by more than {bench.TOLERANCE:.0%} against "
+                      f"{bench.BASELINE_FILE.name}:\n  " + "\n  ".join(regressions))
+    log(f"no figure grew by more than {bench.TOLERANCE:.0%} against {bench.BASELINE_FILE.name} "
+        f"({len(doc['rows'])} rows compared)")
+
+
+@nox.session(name="bench-check", tags=["test"], default=False)
+def bench_check(session: nox.Session) -> None:
+    """Check the instruction-count plugin on a known loop, and one decode and one extend shape against the baseline."""
+    runner = _bench_runner(session)
+    session.install("pytest>=8")
+    env = {"RVV_ATTN_PLUGIN_QEMU": str(runner.qemu), "RVV_ATTN_INSN_PLUGIN": str(runner.plugin)}
+    _pytest_in_session(session, "bench-check", session.posargs or ["bench/tests"], env)
+    rows = bench.run_all(runner, bench.check_configs(), _bench_env(runner), 1, log)
+    doc = bench.document(rows, bench.run_meta(runner.qemu, 0.0))
+    out = testrun.results_dir("bench-check") / "bench.json"
+    out.write_text(json.dumps(doc, indent=1) + "\n")
+    print(bench.detail_table(doc), file=sys.stderr)
+    _check_against_baseline(session, doc, update=False)
 
 
 @nox.session(python=False, tags=["test"], default=False)
