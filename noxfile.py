@@ -263,8 +263,9 @@ def _bench_env(runner: bench.Runner) -> dict[str, str]:
 def bench_session(session: nox.Session) -> None:
     """Count instructions of every kernel at every VLEN (and torch's SDPA); write bench/results, check the baseline.
 
-    Options: --update-baseline (write bench/baseline.json and the README's table from this run),
-    --jobs=N (emulated processes at once; default: the number of cores).
+    Options: --update-baseline (write bench/baseline.json, bench/results and the README's table from this run),
+    --jobs=N (emulated processes at once; default: the number of cores), --only=decode,vlen128 (only the rows
+    whose name contains one of these; with --update-baseline they replace their rows of the baseline).
     """
     try:
         opts = bench.parse_posargs(session.posargs)
@@ -272,22 +273,30 @@ def bench_session(session: nox.Session) -> None:
         session.error(str(err))
     session.install("matplotlib")
     runner = _bench_runner(session)
-    configs = bench.full_configs()
+    try:
+        configs = bench.select(bench.full_configs(), opts.only)
+    except CrossError as err:
+        session.error(str(err))
     started = time.monotonic()
     log(f"running {len(configs)} benchmark processes, {opts.jobs or os.cpu_count()} at a time; "
         f"logs in {runner.work}")
     rows = bench.run_all(runner, configs, _bench_env(runner), opts.jobs or os.cpu_count() or 1, log)
     doc = bench.document(rows, bench.run_meta(runner.qemu, time.monotonic() - started))
-    paths = bench.write_results(doc, bench.RESULTS_DIR)
-    log("wrote " + ", ".join(str(p.relative_to(Path.cwd())) for p in paths))
-    _check_against_baseline(session, doc, update=opts.update_baseline)
-
-
-def _check_against_baseline(session: nox.Session, doc: dict, update: bool) -> None:
-    if update:
+    log(f"{len(rows)} rows in {time.monotonic() - started:.0f} s")
+    if opts.update_baseline:
+        if opts.only:
+            doc = bench.merge_into(bench.load_document(bench.BASELINE_FILE), doc)
+        paths = bench.write_results(doc, bench.RESULTS_DIR)
         bench.write_baseline(doc)
-        log(f"baseline written: {bench.BASELINE_FILE.name}, README table updated; commit both")
+        log(f"baseline written: {bench.BASELINE_FILE.name}, {', '.join(p.name for p in paths)} and the README's "
+            "tables; commit them with the change that explains them")
         return
+    paths = bench.write_results(doc, testrun.results_dir("bench"))
+    log("wrote " + ", ".join(str(p) for p in paths))
+    _check_against_baseline(session, doc)
+
+
+def _check_against_baseline(session: nox.Session, doc: dict) -> None:
     try:
         baseline = bench.load_document(bench.BASELINE_FILE)
     except CrossError as err:
@@ -314,7 +323,7 @@ def bench_check(session: nox.Session) -> None:
     out = testrun.results_dir("bench-check") / "bench.json"
     out.write_text(json.dumps(doc, indent=1) + "\n")
     print(bench.detail_table(doc), file=sys.stderr)
-    _check_against_baseline(session, doc, update=False)
+    _check_against_baseline(session, doc)
 
 
 @nox.session(python=False, tags=["test"], default=False)

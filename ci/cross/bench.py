@@ -464,21 +464,51 @@ def update_readme(text: str, doc: dict) -> str:
 class Options:
     update_baseline: bool = False
     jobs: int = 0  # 0: as many as there are cores
+    only: tuple[str, ...] = ()  # substrings of row keys; empty: everything
 
 
 def parse_posargs(args: Sequence[str]) -> Options:
-    update, jobs = False, 0
+    update, jobs, only = False, 0, ()
     for arg in args:
         if arg == "--update-baseline":
             update = True
+        elif arg.startswith("--only="):
+            only = tuple(s.strip() for s in arg.split("=", 1)[1].split(",") if s.strip())
+            if not only:
+                raise ConfigError("--only needs one or more comma-separated parts of row names, e.g. --only=decode")
         elif arg.startswith("--jobs="):
             value = arg.split("=", 1)[1]
             if not value.isdigit() or int(value) < 1:
                 raise ConfigError(f"--jobs must be a positive integer, got {value!r}")
             jobs = int(value)
         else:
-            raise ConfigError(f"unknown bench option {arg!r}", "options: --update-baseline, --jobs=N")
-    return Options(update, jobs)
+            raise ConfigError(f"unknown bench option {arg!r}", "options: --update-baseline, --jobs=N, --only=a,b")
+    return Options(update, jobs, only)
+
+
+def select(configs: Sequence[Config], only: Sequence[str]) -> list[Config]:
+    """The configurations and cases whose row key (``"<config> | <case id>"``) contains one of ``only``."""
+    if not only:
+        return list(configs)
+    picked = []
+    for config in configs:
+        cases = tuple(c for c in config.cases if any(part in row_key(config.name, c) for part in only))
+        if cases:
+            picked.append(Config(config.variant, config.vlen, cases))
+    if not picked:
+        raise ConfigError(f"--only={','.join(only)} matches no benchmark row",
+                          "row names look like 'vlen256 | decode bf16 B=1 seq=4096'")
+    return picked
+
+
+def merge_into(baseline: dict, run: dict) -> dict:
+    """The baseline with the run's rows in place of the rows they measure again (a partial re-run)."""
+    fresh = {r["key"]: r for r in run["rows"]}
+    unknown = set(fresh) - {r["key"] for r in baseline["rows"]}
+    rows = [fresh.get(r["key"], r) for r in baseline["rows"]] + [r for r in run["rows"] if r["key"] in unknown]
+    meta = {**baseline["meta"], "partial_update": {k: run["meta"][k] for k in ("commit", "date")} |
+            {"rows": len(fresh)}}
+    return {**baseline, "meta": meta, "rows": rows}
 
 
 def run_meta(qemu: Path, seconds: float) -> dict:

@@ -124,7 +124,8 @@ def test_guard_fails_on_a_figure_growing_from_zero_and_on_rows_missing_from_the_
 def test_posargs():
     assert bench.parse_posargs([]) == bench.Options()
     assert bench.parse_posargs(["--update-baseline", "--jobs=3"]) == bench.Options(True, 3)
-    for bad in (["--jobs=0"], ["--jobs=x"], ["--fast"]):
+    assert bench.parse_posargs(["--only=decode, vlen128"]).only == ("decode", "vlen128")
+    for bad in (["--jobs=0"], ["--jobs=x"], ["--fast"], ["--only="]):
         with pytest.raises(ConfigError):
             bench.parse_posargs(bad)
 
@@ -160,3 +161,16 @@ def test_source_apt_uses_a_deb_src_line():
     apt = PrivateApt(Path("/c"), "http://mirror.example/debian", kind="deb-src")
     assert apt.sources_line().startswith("deb-src [arch=amd64 signed-by=")
     assert PrivateApt(Path("/c"), "http://m/debian").sources_line().startswith("deb [")
+
+
+def test_only_selects_rows_by_name_and_a_partial_update_replaces_just_those():
+    picked = bench.select(bench.full_configs(), ["vlen128 | decode int8"])
+    assert [c.name for c in picked] == ["vlen128"]
+    assert {c.id.split(" B=")[0] for c in picked[0].cases} == {"decode int8-static", "decode int8-dynamic"}
+    with pytest.raises(ConfigError, match="matches no benchmark row"):
+        bench.select(bench.full_configs(), ["no such row"])
+    baseline = {"meta": {"commit": "a"}, "rows": [{"key": "x", "v": 1}, {"key": "y", "v": 2}]}
+    run = {"meta": {"commit": "b", "date": "d"}, "rows": [{"key": "y", "v": 3}]}
+    merged = bench.merge_into(baseline, run)
+    assert merged["rows"] == [{"key": "x", "v": 1}, {"key": "y", "v": 3}]
+    assert merged["meta"]["commit"] == "a" and merged["meta"]["partial_update"]["commit"] == "b"
