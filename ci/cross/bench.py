@@ -23,6 +23,7 @@ equivalents: each instruction weighted by its register-group size, vset* 1);
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -267,7 +268,8 @@ class Runner:
                 "-cpu", cpu, str(self.sysroot / "usr/bin/python3"), str(GUEST_SCRIPT), str(cases_file),
                 config.variant]
 
-    def run(self, config: Config, env: dict[str, str], report: Callable[[str], None]) -> tuple[list[Row], float]:
+    def run(self, config: Config, env: dict[str, str], report: Callable[[str], None]) -> tuple[list[Row], float, float]:
+        """Run one configuration; (rows, wall seconds, CPU seconds of the emulator)."""
         folder = self.work / config.name
         folder.mkdir(parents=True, exist_ok=True)
         cases_file, outfile, log_file = folder / "cases.json", folder / "regions.jsonl", folder / "guest.log"
@@ -283,12 +285,13 @@ class Runner:
                 log.write(line)
                 if line.startswith("[bench "):
                     report(line.rstrip())
-            code = proc.wait()
+            _pid, status, usage = os.wait4(proc.pid, 0)
+            proc.returncode = code = os.waitstatus_to_exitcode(status)
         if code != 0:
             tail = "".join(log_file.read_text().splitlines(keepends=True)[-20:])
             raise CrossError(f"{config.name}: the benchmark guest exited with {code}; log {log_file}:\n{tail}")
         rows = rows_for(config, parse_regions(outfile.read_text()))
-        return rows, time.monotonic() - started
+        return rows, time.monotonic() - started, usage.ru_utime + usage.ru_stime
 
 
 def run_all(runner: Runner, configs: Sequence[Config], env: dict[str, str], jobs: int,
@@ -296,8 +299,9 @@ def run_all(runner: Runner, configs: Sequence[Config], env: dict[str, str], jobs
     """Run the configurations, ``jobs`` at a time; rows in the order of ``configs``."""
     def one(config: Config) -> list[Row]:
         report(f"{config.name}: {len(config.cases)} cases at VLEN {config.vlen} ...")
-        rows, seconds = runner.run(config, env, report)
-        report(f"{config.name}: done in {seconds:.0f} s")
+        rows, seconds, cpu = runner.run(config, env, report)
+        # CPU time too: on a shared machine the wall time says more about the neighbours.
+        report(f"{config.name}: done in {seconds:.0f} s ({cpu:.0f} s of CPU)")
         return rows
 
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
