@@ -285,7 +285,9 @@ def bench_session(session: nox.Session) -> None:
     log(f"{len(rows)} rows in {time.monotonic() - started:.0f} s")
     if opts.update_baseline:
         if opts.only:
-            doc = bench.merge_into(bench.load_document(bench.BASELINE_FILE), doc)
+            base = bench.load_document(bench.BASELINE_FILE) if bench.BASELINE_FILE.exists() else \
+                bench.empty_document(doc["meta"])
+            doc = bench.merge_into(base, doc)
         paths = bench.write_results(doc, bench.RESULTS_DIR)
         bench.write_baseline(doc)
         log(f"baseline written: {bench.BASELINE_FILE.name}, {', '.join(p.name for p in paths)} and the README's "
@@ -293,17 +295,24 @@ def bench_session(session: nox.Session) -> None:
         return
     paths = bench.write_results(doc, testrun.results_dir("bench"))
     log("wrote " + ", ".join(str(p) for p in paths))
-    _check_against_baseline(session, doc)
+    _check_against_baseline(session, doc, require_every_row=False)
 
 
-def _check_against_baseline(session: nox.Session, doc: dict) -> None:
+def _check_against_baseline(session: nox.Session, doc: dict, require_every_row: bool) -> None:
     try:
         baseline = bench.load_document(bench.BASELINE_FILE)
     except CrossError as err:
         session.error(str(err))
-    regressions, improvements = bench.compare(baseline, doc)
+    regressions, improvements, unmeasured = bench.compare(baseline, doc)
     for line in improvements:
         log(f"improved: {line}")
+    if unmeasured:
+        message = (f"{len(unmeasured)} rows have no baseline figures ({', '.join(unmeasured[:4])}"
+                   f"{', ...' if len(unmeasured) > 4 else ''}); add them with `nox -s bench -- --update-baseline "
+                   "--only=...`")
+        if require_every_row:
+            session.error(message)
+        log(message)
     if regressions:
         session.error(f"{len(regressions)} figures grew by more than {bench.TOLERANCE:.0%} against "
                       f"{bench.BASELINE_FILE.name}:\n  " + "\n  ".join(regressions))
@@ -323,7 +332,7 @@ def bench_check(session: nox.Session) -> None:
     out = testrun.results_dir("bench-check") / "bench.json"
     out.write_text(json.dumps(doc, indent=1) + "\n")
     print(bench.detail_table(doc), file=sys.stderr)
-    _check_against_baseline(session, doc)
+    _check_against_baseline(session, doc, require_every_row=True)
 
 
 @nox.session(python=False, tags=["test"], default=False)

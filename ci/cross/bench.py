@@ -317,17 +317,16 @@ def document(rows: Iterable[Row], meta: dict) -> dict:
             "rows": [r.as_json() for r in rows]}
 
 
-def compare(baseline: dict, current: dict, tolerance: float = TOLERANCE) -> tuple[list[str], list[str]]:
-    """(regressions, improvements): figures per unit that grew (shrank) by more than ``tolerance``.
-
-    Every row of ``current`` must be in the baseline (a new case needs a new baseline).
+def compare(baseline: dict, current: dict, tolerance: float = TOLERANCE) -> tuple[list[str], list[str], list[str]]:
+    """(regressions, improvements, unmeasured): figures per unit that grew (shrank) by more than
+    ``tolerance``, and rows of ``current`` the baseline has no figures for.
     """
     base = {r["key"]: r for r in baseline["rows"]}
-    regressions, improvements = [], []
+    regressions, improvements, unmeasured = [], [], []
     for row in current["rows"]:
         old = base.get(row["key"])
         if old is None:
-            regressions.append(f"{row['key']}: not in the baseline (re-run `nox -s bench -- --update-baseline`)")
+            unmeasured.append(row["key"])
             continue
         for fig in FIGURES:
             before, after = old["per_unit"][fig], row["per_unit"][fig]
@@ -336,7 +335,7 @@ def compare(baseline: dict, current: dict, tolerance: float = TOLERANCE) -> tupl
                                    f"(+{_pct(before, after)})")
             elif after < before * (1 - tolerance):
                 improvements.append(f"{row['key']}: {fig} {before:g} -> {after:g} per unit ({_pct(before, after)})")
-    return regressions, improvements
+    return regressions, improvements, unmeasured
 
 
 def _pct(before: float, after: float) -> str:
@@ -344,6 +343,10 @@ def _pct(before: float, after: float) -> str:
         return "new"
     return f"{(after - before) / before * 100:+.1f}%".lstrip("+") if after < before else \
         f"{(after - before) / before * 100:.1f}%"
+
+
+def empty_document(meta: dict) -> dict:
+    return {"meta": meta, "definitions": __doc__.split("\n\n", 1)[1].strip(), "rows": []}
 
 
 def load_document(path: Path) -> dict:
