@@ -288,14 +288,22 @@ def bench_session(session: nox.Session) -> None:
             base = bench.load_document(bench.BASELINE_FILE) if bench.BASELINE_FILE.exists() else \
                 bench.empty_document(doc["meta"])
             doc = bench.merge_into(base, doc)
-        paths = bench.write_results(doc, bench.RESULTS_DIR)
+        paths = _write_results(session, doc, bench.RESULTS_DIR)
         bench.write_baseline(doc)
         log(f"baseline written: {bench.BASELINE_FILE.name}, {', '.join(p.name for p in paths)} and the README's "
             "tables; commit them with the change that explains them")
         return
-    paths = bench.write_results(doc, testrun.results_dir("bench"))
+    paths = _write_results(session, doc, testrun.results_dir("bench"))
     log("wrote " + ", ".join(str(p) for p in paths))
     _check_against_baseline(session, doc, require_every_row=False)
+
+
+def _write_results(session: nox.Session, doc: dict, folder: Path) -> list[Path]:
+    paths = bench.write_results(doc, folder)
+    plot = folder / "bench.png"
+    session.run("python", "-m", "cross.bench", "plot", str(paths[0]), str(plot),
+                env={"PYTHONPATH": str(Path(__file__).parent / "ci")})
+    return [*paths, plot]
 
 
 def _check_against_baseline(session: nox.Session, doc: dict, require_every_row: bool) -> None:

@@ -441,7 +441,10 @@ def plot(doc: dict, path: Path) -> None:
         shape = "B=1, 4096 tokens" if op == "decode" else "prefix 1024 + 256 new, causal"
         ax.set_title(f"{op} ({shape})")
         ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=7)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7)
+        else:
+            ax.text(0.5, 0.5, "not in this run", ha="center", transform=ax.transAxes)
     fig.suptitle("rvv-attn: instructions retired (raw); lower bound in LMUL-1 equivalents, dashed")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -531,14 +534,23 @@ def run_meta(qemu: Path, seconds: float) -> dict:
 
 
 def write_results(doc: dict, folder: Path) -> list[Path]:
+    """bench.json and bench.md; the plot (bench.png) is drawn by ``python -m cross.bench plot`` in a
+    Python that has matplotlib (the session's venv, not nox's)."""
     folder.mkdir(parents=True, exist_ok=True)
-    paths = [folder / "bench.json", folder / "bench.md", folder / "bench.png"]
+    paths = [folder / "bench.json", folder / "bench.md"]
     paths[0].write_text(json.dumps(doc, indent=1) + "\n")
     paths[1].write_text(markdown(doc))
-    plot(doc, paths[2])
     return paths
 
 
 def write_baseline(doc: dict, path: Path = BASELINE_FILE, readme: Path = PROJECT_ROOT / "README.md") -> None:
     path.write_text(json.dumps(doc, indent=1) + "\n")
     readme.write_text(update_readme(readme.read_text(), doc))
+
+
+if __name__ == "__main__":
+    import sys
+
+    if len(sys.argv) != 4 or sys.argv[1] != "plot":
+        raise SystemExit("usage: python -m cross.bench plot <bench.json> <out.png>")
+    plot(json.loads(Path(sys.argv[2]).read_text()), Path(sys.argv[3]))
