@@ -241,7 +241,7 @@ def pin_qemu(session: nox.Session) -> None:
 
 def _bench_runner(session: nox.Session) -> bench.Runner:
     """Toolchain, the riscv64 wheel (staged apart from the test sessions'), the plugin QEMU and the plugin."""
-    qemu_bin, root = _toolchain(session)
+    _pinned_qemu, root = _toolchain(session)
     stage = build.stage_wheel(_cross_build(session, root), BUILD_DIR / "stage-bench")
     session.install(*plugin_qemu.BUILD_REQUIREMENTS)
     try:

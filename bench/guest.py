@@ -144,7 +144,8 @@ def extend_call(case: dict, caches: Caches):
     g = torch.Generator().manual_seed(3)
     req_to_token, pools = _token_map(g, b, p + n, own_last=False)
     q = torch.randn(b * n, h, d, generator=g).bfloat16()
-    k_new, v_new = torch.randn(b * n, hkv, d, generator=g).bfloat16(), torch.randn(b * n, hkv, dv, generator=g).bfloat16()
+    k_new = torch.randn(b * n, hkv, d, generator=g).bfloat16()
+    v_new = torch.randn(b * n, hkv, dv, generator=g).bfloat16()
     o = torch.empty(b * n, h, dv, dtype=torch.bfloat16)
     seq_lens = torch.full((b,), p + n, dtype=torch.int64)
     ext_lens = torch.full((b,), n, dtype=torch.int64)
@@ -183,7 +184,8 @@ def warm_up_shape(case: dict) -> dict:
 
 
 def main(cases_file: str, variant: str) -> None:
-    cases = json.loads(open(cases_file).read())
+    with open(cases_file) as f:
+        cases = json.load(f)
     torch.set_num_threads(1)
     rvv_attn.select_variant(variant)
     active = rvv_attn.runtime_info()["active_variant"]

@@ -89,7 +89,8 @@ def is_complete(root: Path, pin: QemuPin) -> bool:
         data = json.loads((root / MARKER).read_text())
     except (OSError, ValueError):
         return False
-    return data.get("version") == pin.version and data.get("recipe") == RECIPE_VERSION and (root / "qemu-riscv64").exists()
+    return (data.get("version") == pin.version and data.get("recipe") == RECIPE_VERSION
+            and (root / "qemu-riscv64").exists())
 
 
 def ensure_plugin_qemu(python: Path, pin: QemuPin | None = None) -> PluginQemu:
