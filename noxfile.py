@@ -7,6 +7,7 @@ matrix (host, every VLEN, the agnostic-policy lane) and prints one line each.
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import time
@@ -16,7 +17,7 @@ import nox
 
 sys.path.insert(0, str(Path(__file__).parent / "ci"))
 
-from cross import build, host, qemu, repro, sysroot, testrun, vlens  # noqa: E402
+from cross import bench, build, host, plugin_qemu, qemu, repro, sysroot, testrun, vlens  # noqa: E402
 from cross import warm as warm_targets  # noqa: E402
 from cross.errors import CrossError  # noqa: E402
 from cross.paths import BUILD_DIR  # noqa: E402
@@ -299,6 +300,110 @@ def pin_qemu(session: nox.Session) -> None:
     except CrossError as err:
         session.error(str(err))
     log(f"pinned {pin.package} {pin.version} sha256 {pin.sha256}; commit toolchains/qemu.lock.json")
+
+
+def _bench_runner(session: nox.Session) -> bench.Runner:
+    """Toolchain, the riscv64 wheel (staged apart from the test sessions'), the plugin QEMU and the plugin."""
+    _pinned_qemu, root = _toolchain(session)
+    stage = build.stage_wheel(_cross_build(session, root), BUILD_DIR / "stage-bench")
+    session.install(*plugin_qemu.BUILD_REQUIREMENTS)
+    try:
+        counting = plugin_qemu.ensure_plugin_qemu(Path(session.virtualenv.bin) / "python")
+        plugin = plugin_qemu.build_plugin(counting, BUILD_DIR / "bench-plugin")
+    except CrossError as err:
+        session.error(str(err))
+    log(f"counting with {plugin_qemu.qemu_version(counting.binary)} and {plugin}")
+    return bench.Runner(counting.binary, plugin, root, stage, BUILD_DIR / "bench")
+
+
+def _bench_env(runner: bench.Runner) -> dict[str, str]:
+    tmp = BUILD_DIR / "tmp"
+    tmp.mkdir(parents=True, exist_ok=True)
+    return guest_env(runner.stage, tmp)
+
+
+@nox.session(name="bench", default=False)
+def bench_session(session: nox.Session) -> None:
+    """Count instructions of every kernel at every VLEN (and torch's SDPA); write bench/results, check the baseline.
+
+    Options: --update-baseline (write bench/baseline.json, bench/results and the README's table from this run),
+    --jobs=N (emulated processes at once; default: the number of cores), --only=decode,vlen128 (only the rows
+    whose name contains one of these; with --update-baseline they replace their rows of the baseline).
+    """
+    try:
+        opts = bench.parse_posargs(session.posargs)
+    except CrossError as err:
+        session.error(str(err))
+    session.install("matplotlib")
+    runner = _bench_runner(session)
+    try:
+        configs = bench.select(bench.full_configs(), opts.only)
+    except CrossError as err:
+        session.error(str(err))
+    started = time.monotonic()
+    log(f"running {len(configs)} benchmark processes, {opts.jobs or os.cpu_count()} at a time; "
+        f"logs in {runner.work}")
+    rows = bench.run_all(runner, configs, _bench_env(runner), opts.jobs or os.cpu_count() or 1, log)
+    doc = bench.document(rows, bench.run_meta(runner.qemu, time.monotonic() - started))
+    log(f"{len(rows)} rows in {time.monotonic() - started:.0f} s")
+    if opts.update_baseline:
+        if opts.only:
+            base = bench.load_document(bench.BASELINE_FILE) if bench.BASELINE_FILE.exists() else \
+                bench.empty_document(doc["meta"])
+            doc = bench.merge_into(base, doc)
+        paths = _write_results(session, doc, bench.RESULTS_DIR)
+        bench.write_baseline(doc)
+        log(f"baseline written: {bench.BASELINE_FILE.name}, {', '.join(p.name for p in paths)} and the README's "
+            "tables; commit them with the change that explains them")
+        return
+    paths = _write_results(session, doc, testrun.results_dir("bench"))
+    log("wrote " + ", ".join(str(p) for p in paths))
+    _check_against_baseline(session, doc, require_every_row=False)
+
+
+def _write_results(session: nox.Session, doc: dict, folder: Path) -> list[Path]:
+    paths = bench.write_results(doc, folder)
+    plot = folder / "bench.png"
+    session.run("python", "-m", "cross.bench", "plot", str(paths[0]), str(plot),
+                env={"PYTHONPATH": str(Path(__file__).parent / "ci")})
+    return [*paths, plot]
+
+
+def _check_against_baseline(session: nox.Session, doc: dict, require_every_row: bool) -> None:
+    try:
+        baseline = bench.load_document(bench.BASELINE_FILE)
+    except CrossError as err:
+        session.error(str(err))
+    regressions, improvements, unmeasured = bench.compare(baseline, doc)
+    for line in improvements:
+        log(f"improved: {line}")
+    if unmeasured:
+        message = (f"{len(unmeasured)} rows have no baseline figures ({', '.join(unmeasured[:4])}"
+                   f"{', ...' if len(unmeasured) > 4 else ''}); add them with `nox -s bench -- --update-baseline "
+                   "--only=...`")
+        if require_every_row:
+            session.error(message)
+        log(message)
+    if regressions:
+        session.error(f"{len(regressions)} figures grew by more than {bench.TOLERANCE:.0%} against "
+                      f"{bench.BASELINE_FILE.name}:\n  " + "\n  ".join(regressions))
+    log(f"no figure grew by more than {bench.TOLERANCE:.0%} against {bench.BASELINE_FILE.name} "
+        f"({len(doc['rows'])} rows compared)")
+
+
+@nox.session(name="bench-check", tags=["test"], default=False)
+def bench_check(session: nox.Session) -> None:
+    """Check the instruction-count plugin on a known loop, and one decode and one extend shape against the baseline."""
+    runner = _bench_runner(session)
+    session.install("pytest>=8")
+    env = {"RVV_ATTN_PLUGIN_QEMU": str(runner.qemu), "RVV_ATTN_INSN_PLUGIN": str(runner.plugin)}
+    _pytest_in_session(session, "bench-check", session.posargs or ["bench/tests"], env)
+    rows = bench.run_all(runner, bench.check_configs(), _bench_env(runner), 1, log)
+    doc = bench.document(rows, bench.run_meta(runner.qemu, 0.0))
+    out = testrun.results_dir("bench-check") / "bench.json"
+    out.write_text(json.dumps(doc, indent=1) + "\n")
+    print(bench.detail_table(doc), file=sys.stderr)
+    _check_against_baseline(session, doc, require_every_row=True)
 
 
 @nox.session(python=False, tags=["test"], default=False)
