@@ -11,10 +11,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from .build import recorded_variants
 from .paths import BUILD_DIR, PROJECT_ROOT
 from .proc import log, quote
 from .runner import guest_command, guest_env
 from .vlens import Variant
+from .warm import route
 
 
 @dataclass(frozen=True)
@@ -84,7 +86,10 @@ def emulated_pytest(qemu: Path, sysroot: Path, stage: Path, variant: Variant, py
     cmd = guest_command(qemu, sysroot, variant, argv, agnostic_ones)
     tmp = BUILD_DIR / "tmp"
     tmp.mkdir(parents=True, exist_ok=True)
+    compiled = recorded_variants(stage)
     env = guest_env(stage, tmp, extra={
+        # What the staged library holds, when the session knows: a one-VLEN build has only portable + that VLEN.
+        **({"RVV_ATTN_EXPECT_COMPILED": compiled} if compiled else {}),
         "RVV_ATTN_EXPECT_VARIANT": variant.name,
         "RVV_ATTN_EXPECT_VLEN": str(variant.vlen),
         "RVV_ATTN_QEMU_CPU": variant.qemu_cpu(agnostic_ones),
@@ -102,7 +107,11 @@ def run_emulated_pytest(qemu: Path, sysroot: Path, stage: Path, variant: Variant
     junit = results_dir(label) / "junit.xml"
     junit.unlink(missing_ok=True)
     cmd, env = emulated_pytest(qemu, sysroot, stage, variant, pytest_args, junit, agnostic_ones)
-    log(f"running the suite under QEMU ({variant.qemu_cpu(agnostic_ones)}); importing torch alone takes ~20 s")
+    routed = route(cmd, env, report=log)
+    if routed == cmd:
+        log(f"running the suite under QEMU ({variant.qemu_cpu(agnostic_ones)}); importing torch alone takes ~20 s "
+            f"(a warm target skips that: nox -s warm -- --vlens={variant.vlen})")
+    cmd = routed
     log(quote(cmd))
     start = time.monotonic()
     returncode = subprocess.run(cmd, env=env, cwd=PROJECT_ROOT, stdin=subprocess.DEVNULL).returncode
