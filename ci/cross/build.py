@@ -13,7 +13,7 @@ from .vlens import Variant
 TOOLCHAIN_FILE = TOOLCHAINS_DIR / "riscv64-clang19.cmake"
 RISCV_WHEEL_TAG = "py3-none-linux_riscv64"
 # What a nox session needs to drive scikit-build-core without build isolation.
-BUILD_REQUIREMENTS = ["scikit-build-core>=0.10", "cmake>=3.21", "ninja"]
+BUILD_REQUIREMENTS = ["scikit-build-core>=0.10", "setuptools-scm>=8", "cmake>=3.21", "ninja"]
 
 
 def host_install_args(build_dir: Path = BUILD_DIR / "host", extra_cmake: Sequence[str] = ()) -> list[str]:
