@@ -6,7 +6,9 @@
 #include <ATen/core/Tensor.h>
 #include <c10/util/Exception.h>
 
+#include <cmath>
 #include <initializer_list>
+#include <limits>
 #include <string>
 
 #include "kernel_api.h"
@@ -70,6 +72,26 @@ inline void index_dtype(const char* op, const char* name, const at::Tensor& t,
   std::string names;
   for (at::ScalarType s : allowed) names += (names.empty() ? "" : " or ") + std::string(c10::toString(s));
   TORCH_CHECK(false, op, ": ", name, " must have dtype ", names, ", got ", t.scalar_type());
+}
+
+// Index tensors (positions, lengths, slots) may be int32 or int64, as
+// SGLang passes them; the binding reads them as int64 copies.
+inline void index_tensor(const char* op, const char* name, const at::Tensor& t) {
+  index_dtype(op, name, t, {at::kInt, at::kLong});
+}
+
+// 0 disables the soft cap; otherwise the kernels compute cap * tanh(s * (1/cap))
+// in float32, so 1/cap must be a normal float32: a subnormal cap would make it
+// infinite (and the output NaN), a cap above 1/FLT_MIN would make it subnormal
+// and lose precision.
+inline void logit_cap(const char* op, double cap) {
+  const float f = static_cast<float>(cap);
+  const bool off = cap == 0.0;
+  const bool ok = off || (std::isfinite(f) && f > 0.0f && 1.0f / f >= std::numeric_limits<float>::min() &&
+                          std::isfinite(1.0f / f));
+  TORCH_CHECK(cap >= 0.0 && ok, op, ": logit_cap must be finite and >= 0 (0 disables the cap), and 1/logit_cap a "
+              "normal float32 (so a non-zero cap lies in [", 1.0f / std::numeric_limits<float>::max(), ", ",
+              1.0f / std::numeric_limits<float>::min(), "]), got ", cap);
 }
 
 }  // namespace rvv_attn::checks

@@ -124,10 +124,14 @@ struct ExtendParams {
   // bytes each, 64-byte aligned; worker w owns slice w for the whole call.
   void* arena;
   int64_t workers;
-  // int8 KV cache (extend_attention_int8_cpu): the new tokens have
-  // already been written to the cache, so stage 2 reads them from there
-  // through req_to_token[row, prefix + i]; k/v are not read; all zero/false otherwise.
+  // int8 KV cache (extend_attention_int8_cpu): the prefix is int8 with
+  // ``scales``; the new tokens have already been written (quantized) to the
+  // cache. Stage 2 reads them from k/v, the float values as given, unless
+  // new_tokens_from_cache (k/v were int8 themselves): then from their cache
+  // slots req_to_token[row, prefix + i], with the cache's scales.
+  // All zero/false for a float cache.
   bool kv_int8;
+  bool new_tokens_from_cache;
   Int8Scales scales;
 };
 

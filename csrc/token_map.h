@@ -40,8 +40,8 @@ struct MapView {
 // copied) tensors so their data outlive the kernel call.
 struct CheckedTokenMaps {
   at::Tensor req_to_token;      // 2-D, int32 or int64, last dimension dense
-  at::Tensor req_pool_indices;  // 1-D int64, contiguous
-  at::Tensor lens;              // 1-D int64, contiguous
+  at::Tensor req_pool_indices;  // 1-D int64, contiguous (a copy if given as int32)
+  at::Tensor lens;              // 1-D int64, contiguous (a copy if given as int32)
   MapView map() const {
     return MapView{req_to_token.data_ptr(), req_to_token.scalar_type() == at::kLong, req_to_token.stride(0)};
   }
@@ -58,8 +58,8 @@ inline void check_layout(const char* op, const at::Tensor& req_to_token, const a
   rank(op, "req_pool_indices", req_pool_indices, 1, "[B]");
   rank(op, lens_name, lens, 1, "[B]");
   index_dtype(op, "req_to_token", req_to_token, {at::kInt, at::kLong});
-  index_dtype(op, "req_pool_indices", req_pool_indices, {at::kLong});
-  index_dtype(op, lens_name, lens, {at::kLong});
+  index_tensor(op, "req_pool_indices", req_pool_indices);
+  index_tensor(op, lens_name, lens);
   size_is(op, "req_pool_indices", req_pool_indices, 0, batch, "the batch size");
   size_is(op, lens_name, lens, 0, batch, "the batch size");
 }
@@ -77,8 +77,9 @@ inline CheckedTokenMaps check_values(const char* op, const at::Tensor& req_to_to
   CheckedTokenMaps out;
   out.req_to_token = req_to_token.size(1) <= 1 || req_to_token.stride(1) == 1 ? req_to_token
                                                                                 : req_to_token.contiguous();
-  out.req_pool_indices = req_pool_indices.contiguous();
-  out.lens = lens.contiguous();
+  // Widened to int64 before any check, so every bound holds for either width.
+  out.req_pool_indices = req_pool_indices.to(at::kLong).contiguous();
+  out.lens = lens.to(at::kLong).contiguous();
   const int64_t max_reqs = req_to_token.size(0), max_context = req_to_token.size(1);
   const int64_t batch = out.lens.numel();
   const int64_t* rows = out.pool_indices();

@@ -13,13 +13,18 @@
 #include "kernel_api.h"
 #include "ops/kv_write.h"
 #include "ops/runtime.h"
+#include "overlap.h"
 
 namespace rvv_attn {
 namespace {
 
 void decode_set_kv_buffer(at::Tensor& k_buffer, at::Tensor& v_buffer, const at::Tensor& key,
                           const at::Tensor& value, const at::Tensor& loc) {
-  ops::run_kv_write(ops::prepare_kv_write("rvv_attn.decode_set_kv_buffer", k_buffer, v_buffer, key, value, loc));
+  constexpr const char* op = "rvv_attn.decode_set_kv_buffer";
+  const ops::PreparedKvWrite prepared = ops::prepare_kv_write(op, k_buffer, v_buffer, key, value, loc);
+  overlap::check_writes(op, {{"k_buffer", &k_buffer}, {"v_buffer", &v_buffer}},
+                        {{"key", &key}, {"value", &value}, {"loc", &loc}});
+  ops::run_kv_write(prepared);
 }
 
 std::vector<std::string> compiled_variant_names() {

@@ -55,7 +55,7 @@ def kv_write_mutations(call: KvWriteCall) -> dict[str, tuple[dict, str]]:
     batch = call.key.shape[0]
     muts: dict[str, tuple[dict, str]] = {
         "float64 key": ({"key": call.key.double()}, "key has dtype Double"),
-        "int32 loc": ({"loc": call.loc.to(torch.int32)}, "loc must have dtype Long"),
+        "float loc": ({"loc": call.loc.float()}, "loc must have dtype Int or Long"),
         "2-D key": ({"key": call.key.flatten(1)}, "key must be 3-D"),
         "extra head": ({"value": torch.cat([call.value, call.value[:, :1]], 1)}, "value.size(1)"),
         "longer loc": ({"loc": torch.arange(batch + 1, dtype=torch.int64)}, "loc.size(0)"),

@@ -302,6 +302,14 @@ def _map_entry(case: Case, value: int) -> Case:
     return case
 
 
+def _logits_over_seq_lens(case: Case) -> Case:
+    """attn_logits laid over valid int32 seq_lens: the kernel would overwrite lengths it still reads."""
+    base = torch.zeros(case.attn_logits.numel(), dtype=torch.int32)
+    base[: len(case.seq_lens)] = case.seq_lens.int()
+    return _with(case, seq_lens=base[: len(case.seq_lens)],
+                 attn_logits=base.view(torch.float32).view(case.attn_logits.shape))
+
+
 BAD_INPUTS = {
     # indices
     "loc past the cache": (lambda c: _with(c, loc=torch.tensor([1, 10**6])), r"loc\[1\] = 1000000 is outside"),
@@ -326,10 +334,12 @@ BAD_INPUTS = {
     "output dtype differs": (lambda c: _with(c, output=c.output.bfloat16()),
                              r"output has dtype BFloat16 but query has Float"),
     "float map": (lambda c: _with(c, req_to_token=c.req_to_token.float()), r"req_to_token must have dtype Int or Long"),
-    "int32 pool indices": (lambda c: _with(c, req_pool_indices=c.req_pool_indices.int()),
-                           r"req_pool_indices must have dtype Long, got Int"),
-    "int32 seq_lens": (lambda c: _with(c, seq_lens=c.seq_lens.int()), r"seq_lens must have dtype Long, got Int"),
-    "int32 loc": (lambda c: _with(c, loc=c.loc.int()), r"loc must have dtype Long"),
+    "int16 pool indices": (lambda c: _with(c, req_pool_indices=c.req_pool_indices.short()),
+                           r"req_pool_indices must have dtype Int or Long, got Short"),
+    "float seq_lens": (lambda c: _with(c, seq_lens=c.seq_lens.float()), r"seq_lens must have dtype Int or Long, got Float"),
+    "uint8 loc": (lambda c: _with(c, loc=c.loc.to(torch.uint8)), r"loc must have dtype Int or Long, got Byte"),
+    "int64 pool row past 2^32": (lambda c: _with(c, req_pool_indices=torch.tensor([int(c.req_pool_indices[0]), 2**32 + 1])),
+                                 r"req_pool_indices\[1\] = 4294967297 is outside"),
     "bf16 attn_logits": (lambda c: _with(c, attn_logits=c.attn_logits.bfloat16()),
                          r"attn_logits must have dtype float32, got BFloat16"),
     # shapes
@@ -357,6 +367,18 @@ BAD_INPUTS = {
     "inf sm_scale": (lambda c: _with(c, sm_scale=float("inf")), r"sm_scale must be finite, got inf"),
     "negative logit_cap": (lambda c: _with(c, logit_cap=-1.0), r"logit_cap must be finite and >= 0.*got -1"),
     "inf logit_cap": (lambda c: _with(c, logit_cap=float("inf")), r"logit_cap must be finite and >= 0.*got inf"),
+    "subnormal logit_cap": (lambda c: _with(c, logit_cap=1e-40), r"1/logit_cap a normal float32.*got 1e-40"),
+    # memory overlap: written tensors may not repeat an element or touch an input
+    "expanded output rows": (lambda c: _with(c, output=c.output[:1].expand_as(c.output)),
+                             r"output has overlapping elements"),
+    "overlapping attn_logits splits": (lambda c: _with(c, attn_logits=c.attn_logits[:, :, :1].expand_as(c.attn_logits)),
+                                       r"attn_logits has overlapping elements"),
+    "output inside attn_logits": (lambda c: _with(c, output=c.attn_logits[:, :, 0, :7]),
+                                  r"output shares memory with attn_logits"),
+    "output over query": (lambda c: _with(c, output=c.query[..., :7]), r"output shares memory with query"),
+    "output inside the cache": (lambda c: _with(c, output=c.v_buffer.view(-1)[: 2 * 4 * 7].view(2, 4, 7)),
+                                r"output shares memory with v_buffer"),
+    "attn_logits over seq_lens": (lambda c: _logits_over_seq_lens(c), r"attn_logits shares memory with seq_lens"),
 }
 
 

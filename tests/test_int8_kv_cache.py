@@ -224,10 +224,14 @@ class Int8Extend:
         write_kv_int8(k, ks, a["k_extend"][rows], slots, self.k_scale)
         write_kv_int8(v, vs, a["v_extend"][rows], slots, self.v_scale)
         kd, vd = dequantize_int8(k, ks, self.k_scale), dequantize_int8(v, vs, self.v_scale)
-        # The new tokens as the cache now holds them.
-        k_new = torch.zeros(a["k_extend"].shape, dtype=torch.float64)
-        v_new = torch.zeros(a["v_extend"].shape, dtype=torch.float64)
-        k_new[rows], v_new[rows] = kd[slots], vd[slots]
+        if a["k_extend"].dtype == torch.int8:
+            # int8 new tokens: the values the cache holds, with its scales.
+            k_new = torch.zeros(a["k_extend"].shape, dtype=torch.float64)
+            v_new = torch.zeros(a["v_extend"].shape, dtype=torch.float64)
+            k_new[rows], v_new[rows] = kd[slots], vd[slots]
+        else:
+            # Float new tokens are attended as given; only later steps see them quantized.
+            k_new, v_new = a["k_extend"].double(), a["v_extend"].double()
         out = reference_extend(a["q_extend"], k_new, v_new, kd, vd, a["req_to_token"], a["req_pool_indices"],
                                a["seq_lens"], a["extend_seq_lens"], a["extend_start_loc"], a["sm_scale"],
                                self.case.logit_cap if logit_cap is None else logit_cap)
@@ -334,10 +338,14 @@ def test_extend_logit_cap_is_applied(kernel_variant, dtype):
                                                              (torch.bfloat16, 0.02, DYN, 1.5),
                                                              (torch.float16, DYN, 0.02, 0.0)], ids=str)
 def test_extend_one_token_on_a_prefix_equals_decode(kernel_variant, dtype, k_scale, v_scale, logit_cap):
-    """Extending by one token is a decode step: both write the same int8 row and agree on the output."""
+    """Extending by one int8 token is a decode step: both write the same int8 row and agree on the output.
+
+    (With a float token the two differ by design: extend attends the float
+    values, decode the cache's; see test_sglang_compat.py.)
+    """
     t = int8_extend(ExtendCase(prefix=[37, 1, 80], extend=[1, 1, 1], heads=6, heads_kv=2, head_dim=40, head_dim_v=24,
                                dtype=dtype, logit_cap=logit_cap, sm_scale=0.5, seed=5), k_scale, v_scale,
-                    magnitudes=True)
+                    new_int8=True, magnitudes=True)
     a = t.case.inputs
     rows, slots = t.new_slots()
     k0, v0, ks0, vs0 = a["k_buffer"].clone(), a["v_buffer"].clone(), t.k_scale_buf.clone(), t.v_scale_buf.clone()

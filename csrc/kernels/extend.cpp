@@ -18,13 +18,17 @@
 //           v[BLOCK_N x Dv] and acc[r] = acc[r]*alpha + sum_j p[j] v[j].
 //   finish  o = acc / l, narrowed with round-to-nearest-even.
 //
-// int8 KV cache (p.kv_int8): the binding has already written the new
-// tokens into the cache, so stage 2 reads them from the cache too (slots
-// req_to_token[row, prefix + i]), through vec::Int8Traits. A static K scale
-// is folded into sm_scale, a static V scale into the final 1/l. Dynamic
-// scales are gathered per block before its GEMMs and applied once per query
-// row: the row's scores times the K scales, its probabilities times the V
-// scales (after the softmax sum, which needs the unscaled ones).
+// int8 KV cache (p.kv_int8): the prefix is read through vec::Int8Traits.
+// Dynamic scales are gathered per block before its GEMMs and applied once
+// per query row: the row's scores times the K scales, its probabilities
+// times the V scales (after the softmax sum, which needs the unscaled ones).
+// Stage 2 attends the float k_extend/v_extend rows as given (the binding
+// has also written them, quantized, to the cache for later steps), so a
+// static scale applies to stage 1 only: it is applied like a dynamic one,
+// as a constant per-token scale. Only when the new tokens are int8 already
+// (p.new_tokens_from_cache) does stage 2 read them from their cache slots;
+// then every key is int8 and static scales fold into sm_scale and the final
+// 1/l instead.
 //
 // A row's causal limit is a prefix of the block's keys (keys k0..q_index),
 // so masking is a shorter vector length for that row: no mask vector, no
@@ -261,6 +265,9 @@ struct Item {
   int64_t rows;  // query rows in this block (<= BLOCK_M)
   bool k_dyn, v_dyn;  // int8 cache with per-token K / V scales
   int64_t hkv;        // the KV head
+  // int8 cache, static scales not folded: applied per block as constants
+  // (0: none).
+  float k_const, v_const;
 };
 
 // Attend the item's rows to keys [k0, k0 + nb) of ``src``. ``diag`` < 0 for a
@@ -288,6 +295,14 @@ void attend_block(const Item& it, const Src& src, int64_t k0, int64_t nb, int64_
     if (v_dyn) {
       v_sc = vec::Traits<rvv_attn::DType::Float32>::gather(
           p.scales.v_scale_buf, src.slot_offsets(k0, vl, p.scales.v_scale_stride_t * 4, it.hkv * p.scales.v_scale_stride_h * 4), vl);
+    }
+    if (it.k_const > 0.0f) {
+      k_sc = vec::splat(it.k_const, vl);
+      k_dyn = true;
+    }
+    if (it.v_const > 0.0f) {
+      v_sc = vec::splat(it.v_const, vl);
+      v_dyn = true;
     }
   }
   score_tile(w.s, w.q, w.kt, it.rows, nb, p.head_dim);
@@ -333,10 +348,16 @@ void run_item(const rvv_attn::ExtendParams& p, const Scratch& w, int64_t b, int6
   const int64_t row0 = start + m0;  // first query's row in q_extend / o_extend
   const int64_t elem = static_cast<int64_t>(sizeof(E)), kv_elem = static_cast<int64_t>(sizeof(KvE));
   // int8 cache: dynamic (NaN) scales are per token; static ones fold into
-  // the query's scale and the output's 1/l.
-  const vec::ScaleFold fold = vec::fold_scales<Q8>(p.scales, p.sm_scale);
-  const bool k_dyn = fold.k_dynamic, v_dyn = fold.v_dynamic;
+  // the query's scale and the output's 1/l when every key is int8, and are
+  // applied to the int8 prefix alone when the new tokens are float.
+  const bool all_int8 = Q8 && p.new_tokens_from_cache;
+  const vec::ScaleFold fold =
+      all_int8 ? vec::fold_scales<true>(p.scales, p.sm_scale) : vec::fold_scales<false>(p.scales, p.sm_scale);
+  const bool k_dyn = Q8 && p.scales.k_scale != p.scales.k_scale;
+  const bool v_dyn = Q8 && p.scales.v_scale != p.scales.v_scale;
   const float q_scale = fold.q_scale, out_scale = fold.out_scale;
+  const float k_const = Q8 && !all_int8 && !k_dyn ? p.scales.k_scale : 0.0f;
+  const float v_const = Q8 && !all_int8 && !v_dyn ? p.scales.v_scale : 0.0f;
 
   // Scores come out of the tile already scaled; the cap, if any, is applied
   // per row by vec::softcap (cap * tanh(s / cap)).
@@ -347,7 +368,7 @@ void run_item(const rvv_attn::ExtendParams& p, const Scratch& w, int64_t b, int6
     w.l[r] = 0.f;
     fill_zero(w.acc + r * Dv, Dv);
   }
-  const Item it{&p, w, rows, k_dyn, v_dyn, hkv};
+  const Item it{&p, w, rows, k_dyn, v_dyn, hkv, k_const, v_const};
 
   // Stage 1: the cached prefix, all of it visible to every row.
   const PrefixRows<KvE> pre{static_cast<const KvE*>(p.k_buffer) + hkv * p.k_buffer_stride_h,
@@ -362,11 +383,11 @@ void run_item(const rvv_attn::ExtendParams& p, const Scratch& w, int64_t b, int6
   }
 
   // Stage 2: new tokens 0 .. m0 + rows - 1 (the last row's own index):
-  // from k_extend/v_extend, or, int8 cache, from their slots in the cache.
-  if constexpr (Q8) {
+  // from k_extend/v_extend, or, when they were int8, from their cache slots.
+  if (all_int8) {
     PrefixRows<KvE> cached = pre;
     cached.map = static_cast<const char*>(pre.map) + prefix * (p.req_to_token_is_int64 ? 8 : 4);
-    attend_new_tokens<KvTr, true>(it, cached, m0);
+    attend_new_tokens<KvTr, Q8>(it, cached, m0);
   } else {
     const ExtendRows<E> nw{static_cast<const E*>(p.k) + start * p.k_stride_t + hkv * p.k_stride_h,
                            p.k_stride_t * elem,

@@ -17,10 +17,38 @@
 #include "ops/int8_kv.h"
 #include "ops/kv_write.h"
 #include "ops/runtime.h"
+#include "overlap.h"
 #include "token_map.h"
 
 namespace rvv_attn {
 namespace ops {
+namespace {
+
+// The call writes output, attn_logits, the cache rows at loc and, for float
+// rows into a dynamic-scale int8 cache, the scale buffers; none of them may
+// overlap anything else the call touches. (Overlapping reads are harmless:
+// k_scale_buf may be v_scale_buf when neither is written.)
+void check_decode_overlap(const char* op, const Int8Setup* q8, bool new_int8, const at::Tensor& query,
+                          const at::Tensor& k_buffer, const at::Tensor& v_buffer, const at::Tensor& output,
+                          const at::Tensor& key, const at::Tensor& value, const at::Tensor& loc,
+                          const at::Tensor& attn_logits, const at::Tensor& req_to_token,
+                          const at::Tensor& req_pool_indices, const at::Tensor& seq_lens) {
+  const bool k_scales_written = q8 && q8->k_dyn && !new_int8, v_scales_written = q8 && q8->v_dyn && !new_int8;
+  const overlap::Arg k_scales{"k_scale_buf", q8 ? &q8->k_scale_buf : nullptr};
+  const overlap::Arg v_scales{"v_scale_buf", q8 ? &q8->v_scale_buf : nullptr};
+  std::vector<overlap::Arg> written = {{"output", &output}, {"attn_logits", &attn_logits},
+                                      {"k_buffer", &k_buffer}, {"v_buffer", &v_buffer}};
+  std::vector<overlap::Arg> read = {{"query", &query}, {"key", &key}, {"value", &value}, {"loc", &loc},
+                                    {"req_to_token", &req_to_token}, {"req_pool_indices", &req_pool_indices},
+                                    {"seq_lens", &seq_lens}};
+  if (q8) {
+    (k_scales_written ? written : read).push_back(k_scales);
+    (v_scales_written ? written : read).push_back(v_scales);
+  }
+  overlap::check_writes(op, written, read);
+}
+
+}  // namespace
 
 void decode_attention(const char* op, const Int8KvArgs* int8, const at::Tensor& query, at::Tensor& k_buffer,
                       at::Tensor& v_buffer, at::Tensor& output, const at::Tensor& key, const at::Tensor& value,
@@ -68,8 +96,7 @@ void decode_attention(const char* op, const Int8KvArgs* int8, const at::Tensor& 
   dense_last_dim(op, "attn_logits", attn_logits);
   // Checked as the float the kernels use: 1e300 is finite only as a double.
   TORCH_CHECK(std::isfinite(static_cast<float>(sm_scale)), op, ": sm_scale must be finite, got ", sm_scale);
-  TORCH_CHECK(std::isfinite(static_cast<float>(logit_cap)) && logit_cap >= 0.0, op,
-              ": logit_cap must be finite and >= 0 (0 disables the cap), got ", logit_cap);
+  checks::logit_cap(op, logit_cap);
 
   token_map::check_layout(op, req_to_token, req_pool_indices, "seq_lens", seq_lens, batch);
   const token_map::CheckedTokenMaps maps = token_map::check_values(
@@ -93,6 +120,9 @@ void decode_attention(const char* op, const Int8KvArgs* int8, const at::Tensor& 
     }
     check_read_scales(op, q8, maps, fresh_k, fresh_v);
   }
+
+  check_decode_overlap(op, int8 ? &q8 : nullptr, new_int8, query, k_buffer, v_buffer, output, key, value, loc,
+                       attn_logits, req_to_token, req_pool_indices, seq_lens);
 
   if (batch == 0) return;
   if (int8) {

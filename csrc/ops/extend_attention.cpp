@@ -3,7 +3,6 @@
 // query-block work list and the per-worker scratch arena, and calls the
 // selected variant's kernel (csrc/kernels/extend.cpp). All checks run before
 // the kernel starts, so on error o_extend is untouched.
-#include <ATen/MemoryOverlap.h>
 #include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
@@ -20,6 +19,7 @@
 #include "ops/attention.h"
 #include "ops/int8_kv.h"
 #include "ops/runtime.h"
+#include "overlap.h"
 #include "token_map.h"
 
 namespace rvv_attn {
@@ -54,8 +54,8 @@ DType check_layout(const char* op, bool int8, const at::Tensor& q, const at::Ten
     same_dtype(op, "k_buffer", k_buffer, "q_extend", q);
     same_dtype(op, "v_buffer", v_buffer, "q_extend", q);
   }
-  index_dtype(op, "extend_seq_lens", extend_seq_lens, {at::kLong});
-  index_dtype(op, "extend_start_loc", extend_start_loc, {at::kLong});
+  index_tensor(op, "extend_seq_lens", extend_seq_lens);
+  index_tensor(op, "extend_start_loc", extend_start_loc);
 
   const int64_t tokens = q.size(0), heads = q.size(1), head_dim = q.size(2);
   const int64_t heads_kv = k.size(1), head_dim_v = v.size(2);
@@ -85,19 +85,37 @@ DType check_layout(const char* op, bool int8, const at::Tensor& q, const at::Ten
                          {"v_extend", &v}, {"o_extend", &o}, {"k_buffer", &k_buffer}, {"v_buffer", &v_buffer}}) {
     dense_last_dim(op, name, *t);
   }
-  // Workers write o_extend rows while others still read their inputs, so
-  // o_extend may share memory with none of them, nor repeat an element.
-  TORCH_CHECK(at::has_internal_overlap(o) != at::MemOverlap::Yes, op,
-              ": o_extend has overlapping elements (strides ", c10::str(o.strides()), "); it must be writable row by row");
-  for (auto [name, t] : {std::pair<const char*, const at::Tensor*>{"q_extend", &q}, {"k_extend", &k},
-                         {"v_extend", &v}, {"k_buffer", &k_buffer}, {"v_buffer", &v_buffer}}) {
-    // TooHard (a non-dense view) is decided conservatively by the storage.
-    const at::MemOverlapStatus status = at::get_overlap_status(o, *t);
-    const bool shared = status == at::MemOverlapStatus::Full || status == at::MemOverlapStatus::Partial ||
-                        (status == at::MemOverlapStatus::TooHard && o.storage().is_alias_of(t->storage()));
-    TORCH_CHECK(!shared, op, ": o_extend shares memory with ", name, "; the output must be a separate tensor");
-  }
   return dtype;
+}
+
+// Workers write o_extend rows while others still read their inputs (a query
+// block's rows are read by every head's item), so o_extend may overlap none
+// of them, nor repeat an element. The int8 operator also writes the new
+// tokens' cache rows and, for float rows in dynamic mode, their scales.
+void check_extend_overlap(const char* op, const ops::Int8Setup* q8, bool new_int8, const at::Tensor& q,
+                          const at::Tensor& k, const at::Tensor& v, const at::Tensor& o, const at::Tensor& k_buffer,
+                          const at::Tensor& v_buffer, const at::Tensor& req_to_token,
+                          const at::Tensor& req_pool_indices, const at::Tensor& seq_lens,
+                          const at::Tensor& extend_seq_lens, const at::Tensor& extend_start_loc) {
+  std::vector<overlap::Arg> written = {{"o_extend", &o}};
+  std::vector<overlap::Arg> read = {{"q_extend", &q},
+                                    {"k_extend", &k},
+                                    {"v_extend", &v},
+                                    {"req_to_token", &req_to_token},
+                                    {"req_pool_indices", &req_pool_indices},
+                                    {"seq_lens", &seq_lens},
+                                    {"extend_seq_lens", &extend_seq_lens},
+                                    {"extend_start_loc", &extend_start_loc}};
+  if (q8) {
+    written.push_back({"k_buffer", &k_buffer});
+    written.push_back({"v_buffer", &v_buffer});
+    (q8->k_dyn && !new_int8 ? written : read).push_back({"k_scale_buf", &q8->k_scale_buf});
+    (q8->v_dyn && !new_int8 ? written : read).push_back({"v_scale_buf", &q8->v_scale_buf});
+  } else {
+    read.push_back({"k_buffer", &k_buffer});
+    read.push_back({"v_buffer", &v_buffer});
+  }
+  overlap::check_writes(op, written, read);
 }
 
 // Per-sequence lengths and extend row ranges. ``ext``, ``seq``, ``start``
@@ -154,14 +172,15 @@ void ops::extend_attention(const char* op, const ops::Int8KvArgs* int8, const at
                                    req_pool_indices, seq_lens, extend_seq_lens, extend_start_loc);
   TORCH_CHECK(std::isfinite(sm_scale) && std::isfinite(static_cast<float>(sm_scale)), op, ": sm_scale = ",
               sm_scale, " is not a finite float32");
-  // NaN fails both comparisons. A cap of +inf would compute inf * tanh(0).
-  TORCH_CHECK(logit_cap >= 0 && std::isfinite(static_cast<float>(logit_cap)), op, ": logit_cap = ", logit_cap,
-              " must be a finite value >= 0 (0 disables the cap)");
+  checks::logit_cap(op, logit_cap);
   TORCH_CHECK(max_len_extend >= 0, op, ": max_len_extend = ", max_len_extend, " is negative");
+  check_extend_overlap(op, int8 ? &q8 : nullptr, new_int8, q_extend, k_extend, v_extend, o_extend, k_buffer,
+                       v_buffer, req_to_token, req_pool_indices, seq_lens, extend_seq_lens, extend_start_loc);
 
-  const at::Tensor ext = extend_seq_lens.contiguous();
-  const at::Tensor seq = seq_lens.contiguous();
-  const at::Tensor start = extend_start_loc.contiguous();
+  // int64 copies (int32 is widened) of the per-sequence lengths and offsets.
+  const at::Tensor ext = extend_seq_lens.to(at::kLong).contiguous();
+  const at::Tensor seq = seq_lens.to(at::kLong).contiguous();
+  const at::Tensor start = extend_start_loc.to(at::kLong).contiguous();
   const int64_t tokens = q_extend.size(0), batch = seq.numel();
   check_extend_ranges(op, ext, seq, start, tokens, max_len_extend);
   at::Tensor prefix = at::empty({batch}, at::kLong);  // seq_lens - extend_seq_lens, >= 0 by now
@@ -171,8 +190,9 @@ void ops::extend_attention(const char* op, const ops::Int8KvArgs* int8, const at
   // The float kernel reads the map only for prefix tokens: those pool rows
   // and slots are checked (entries for the new tokens are not read). The
   // int8 operator also writes the new tokens to their slots
-  // req_to_token[row, prefix + i] and reads them from there: all seq_lens
-  // entries are checked, and the written slots must be distinct.
+  // req_to_token[row, prefix + i] (and, when they are int8 already, reads
+  // them back from there): all seq_lens entries are checked, and the written
+  // slots must be distinct.
   const token_map::CheckedTokenMaps maps =
       int8 ? token_map::check_values(op, req_to_token, req_pool_indices, "seq_lens", seq, 
                                      std::min(k_buffer.size(0), v_buffer.size(0)), 0, "")
@@ -294,7 +314,11 @@ void ops::extend_attention(const char* op, const ops::Int8KvArgs* int8, const at
   p.qblock_offsets = offsets;
   p.arena = arena.data_ptr();
   p.workers = workers;
-  if (int8) ops::set_int8_params(p, q8);
+  if (int8) {
+    ops::set_int8_params(p, q8);
+    // Float new tokens are attended as given; int8 ones are the cache's values.
+    p.new_tokens_from_cache = new_int8;
+  }
   table.extend_attention(p, ops::torch_pool());
 }
 

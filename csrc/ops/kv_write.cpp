@@ -52,7 +52,7 @@ PreparedKvWrite prepare_kv_write(const char* op, const at::Tensor& k_buffer, con
     same_dtype(op, "key", key, "k_buffer", k_buffer);
     same_dtype(op, "value", value, "k_buffer", k_buffer);
   }
-  index_dtype(op, "loc", loc, {at::kLong});
+  index_tensor(op, "loc", loc);
   const int64_t batch = key.size(0), heads_kv = k_buffer.size(1);
   const int64_t head_dim = k_buffer.size(2), head_dim_v = v_buffer.size(2);
   size_is(op, "value", value, 0, batch, "key.size(0) (the batch)");
@@ -67,7 +67,7 @@ PreparedKvWrite prepare_kv_write(const char* op, const at::Tensor& k_buffer, con
     dense_last_dim(op, name, *t);
   }
   PreparedKvWrite out{};
-  out.loc = loc.contiguous();
+  out.loc = loc.to(at::kLong).contiguous();
   check_slots(op, out.loc, k_buffer.size(0), v_buffer.size(0));
 
   KvWriteParams& p = out.params;

@@ -11,12 +11,13 @@ namespace rvv_attn::ops {
 
 struct PreparedKvWrite {
   KvWriteParams params;  // params.loc points into ``loc``
-  at::Tensor loc;        // contiguous copy (or the argument) kept alive
+  at::Tensor loc;        // contiguous int64 copy (or the argument) kept alive
 };
 
 // All checks on k_buffer, v_buffer, key, value and loc, errors prefixed with
-// ``op``: ranks, dtypes (float32/bfloat16/float16, all equal; loc int64),
-// matching sizes, dense last dimensions, every slot in range and distinct.
+// ``op``: ranks, dtypes (float32/bfloat16/float16, all equal),
+// matching sizes, dense last dimensions, every slot in range and distinct
+// (loc may be int32 or int64). Memory overlap is the caller's to check.
 // Reads nothing but loc and writes nothing. With ``int8_cache`` the
 // buffers must be int8 instead and key/value may be int8 or any float dtype
 // (the caller checks them against its query); params.dtype is then key's
