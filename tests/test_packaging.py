@@ -10,9 +10,8 @@ from importlib import metadata
 from pathlib import Path
 
 import pytest
-import torch
-
 import rvv_attn
+import torch
 from rvv_attn._torch_guard import check_torch_version, major_minor
 
 EXPECTED_VARIANT = os.environ.get("RVV_ATTN_EXPECT_VARIANT", "")
@@ -89,7 +88,7 @@ def test_torch_guard_rejects_a_string_that_is_not_a_version():
 @pytest.mark.host_only
 def test_import_under_another_torch_minor_fails_before_loading_the_library():
     """End to end, in a fresh interpreter whose torch reports another minor version."""
-    other = "{}.{}.0".format(major_minor(torch.__version__)[0], major_minor(torch.__version__)[1] + 1)
+    other = f"{major_minor(torch.__version__)[0]}.{major_minor(torch.__version__)[1] + 1}.0"
     code = "\n".join([
         "import torch",
         f"torch.__version__ = {other!r}",

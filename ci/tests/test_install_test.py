@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from cross import install_test
 from cross.errors import ConfigError
 from cross.vlens import Variant, variants

@@ -11,7 +11,6 @@ import zipfile
 from pathlib import Path
 
 import pytest
-
 from cross import release
 from cross.errors import CrossError
 

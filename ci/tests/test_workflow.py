@@ -9,7 +9,6 @@ import sys
 from pathlib import Path
 
 import yaml
-
 from cross import ci_matrix, install_test, vlens
 
 ROOT = Path(__file__).resolve().parents[2]
