@@ -138,6 +138,9 @@ def pytest_env(config: Config, venv: Path, tmpdir: Path, qemu: Path, sysroot: Pa
         "RVV_ATTN_QEMU_CPU": config.qemu_cpu,
         # The tests check that rvv_attn was imported from here.
         "RVV_ATTN_EXPECT_INSTALLED_IN": str(venv),
+        # No pip configuration of the host (QEMU's -L falls back to the host's
+        # /etc): pip sees the wheel, the venv and the system, nothing else.
+        "PIP_CONFIG_FILE": "/dev/null",
     })
     # A forced variant would defeat the check of what auto-selection picks.
     env.pop("RVV_ATTN_VARIANT", None)

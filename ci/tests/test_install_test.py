@@ -73,3 +73,4 @@ def test_guest_environment_has_no_pythonpath_and_no_forced_variant(tmp_path):
     assert env["RVV_ATTN_EXPECT_VARIANT"] == "portable" and env["RVV_ATTN_EXPECT_VLEN"] == "0"
     assert env["RVV_ATTN_EXPECT_INSTALLED_IN"] == str(tmp_path / "venv")
     assert env["RVV_ATTN_QEMU_CPU"] == "rv64,v=false"
+    assert env["PIP_CONFIG_FILE"] == "/dev/null"
