@@ -307,7 +307,7 @@ def install_test_all(session: nox.Session) -> None:
 
 @nox.session(name="install-test-quick", tags=["test"], default=False)
 def install_test_quick(session: nox.Session) -> None:
-    """The install test's share of `nox -t test`: the whole suite without V, the runtime checks at one VLEN."""
+    """The install test's share of `nox -t test`: every operator without V, the runtime checks at one VLEN."""
     _install_test(session, install_test.quick_plan(), None)
 
 

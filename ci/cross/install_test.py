@@ -29,11 +29,17 @@ from .vlens import Variant, variants
 # qemu-riscv64's generic CPU with the vector extension switched off.
 NO_VECTOR_CPU = "rv64,v=false"
 NO_VECTOR = "novector"
-# What `nox -t test` runs of the install test: without V the whole suite
-# (nothing else covers that CPU); at the first VLEN of the table only the
-# variant and detection checks (the tree-based test-vlen sessions run the
-# rest of the suite at every VLEN).
-QUICK_SELECTION: dict[str, tuple[str, ...]] = {NO_VECTOR: ("tests",), "first-vlen": ("tests/test_runtime.py",)}
+# What `nox -t test` runs of the install test, in a few minutes: without V,
+# every operator (float and int8, decode, extend, the KV write) through the
+# files that call them all, plus the detection and variant checks; at the
+# first VLEN of the table the detection and variant checks. The whole suite
+# in every configuration is `nox -s install-test` (and its CI jobs); the
+# tree-based test-vlen sessions run the whole suite at every VLEN.
+QUICK_SELECTION: dict[str, tuple[str, ...]] = {
+    NO_VECTOR: ("tests/test_runtime.py", "tests/test_packaging.py", "tests/test_kv_write.py",
+                "tests/test_sglang_compat.py", "tests/test_int8_kv_cache.py"),
+    "first-vlen": ("tests/test_runtime.py", "tests/test_packaging.py"),
+}
 
 
 @dataclass(frozen=True)

@@ -20,10 +20,19 @@ def test_configurations_are_no_v_then_every_vlen_of_the_table():
     assert [c.vlen for c in install_test.configurations()][1:] == [v.vlen for v in variants()]
 
 
-def test_quick_plan_is_the_whole_suite_without_v_and_the_runtime_checks_at_one_vlen():
-    (novector, all_tests), (first, runtime) = install_test.quick_plan(TABLE)
-    assert (novector.name, all_tests) == ("novector", ("tests",))
-    assert (first.name, runtime) == ("vlen128", ("tests/test_runtime.py",))
+def test_quick_plan_runs_every_operator_without_v_and_the_runtime_checks_at_one_vlen():
+    (novector, selection), (first, runtime) = install_test.quick_plan(TABLE)
+    assert novector.name == "novector" and first.name == "vlen128"
+    assert runtime == ("tests/test_runtime.py", "tests/test_packaging.py")
+    assert set(runtime) < set(selection)
+    root = Path(__file__).resolve().parents[2]
+    for path in selection:
+        assert (root / path).is_file(), path
+    # Between them the selected files call every operator the library registers.
+    called = "".join((root / path).read_text() for path in selection)
+    for op in ("decode_set_kv_buffer", "decode_attention_cpu", "extend_attention_cpu",
+               "decode_attention_int8_cpu", "extend_attention_int8_cpu"):
+        assert op in called, op
 
 
 def test_options_are_split_from_pytest_arguments(tmp_path):
