@@ -104,3 +104,24 @@ def test_import_under_another_torch_minor_fails_before_loading_the_library():
     built = rvv_attn.runtime_info()["built_against_torch"]
     assert f"built against torch {built}, but this Python has torch {other}" in child.stdout
     assert "loaded: False" in child.stdout
+
+
+@pytest.mark.rvv
+def test_riscv_hwprobe_reports_zvfh_when_the_cpu_has_it():
+    """A second qemu-riscv64 whose CPU adds Zvfh: riscv_hwprobe reports it, AT_HWCAP cannot.
+
+    Started from inside the guest (QEMU passes execve of a host binary
+    through); once per emulated run, at the table's first VLEN, because the
+    child imports torch again.
+    """
+    this = int(os.environ["RVV_ATTN_EXPECT_VLEN"])
+    if this != 128:
+        pytest.skip("checked once per emulated run, at VLEN 128")
+    cpu = os.environ["RVV_ATTN_QEMU_CPU"] + ",zvfh=true"
+    code = "import rvv_attn; print(rvv_attn.ops.cpu_features()); print(rvv_attn.ops.cpu_features('hwcap'))"
+    child = subprocess.run([os.environ["RVV_ATTN_QEMU"], "-L", os.environ["RVV_ATTN_SYSROOT"], "-cpu", cpu,
+                            sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
+    assert child.returncode == 0, child.stderr[-2000:]
+    probed, hwcap = child.stdout.splitlines()[-2:]
+    assert probed == f"(['v', 'zvfh'], {this}, 'riscv_hwprobe')"
+    assert hwcap == f"(['v'], {this}, 'AT_HWCAP')"
