@@ -284,8 +284,11 @@ def _install_test(session: nox.Session, plan: list[tuple[install_test.Config, tu
                   wheel_path: Path | None) -> None:
     qemu_bin, root = _toolchain(session)
     wheel_path = wheel_path or _release(session)
-    timings = install_test.run_plan(qemu_bin, root, wheel_path, plan, BUILD_DIR / "install-test",
-                                    cwd=Path.cwd())
+    try:
+        timings = install_test.run_plan(qemu_bin, root, wheel_path, plan, BUILD_DIR / "install-test",
+                                        cwd=Path.cwd())
+    except CrossError as err:  # creating the venv or pip install failed
+        session.error(str(err))
     print("\n".join(["", f"install test of {wheel_path.name}:", *(t.line() for t in timings)]), flush=True)
     if not all(t.ok for t in timings):
         session.error("the install test failed in some configuration (above); JUnit XML in build/results/install-test-*")
