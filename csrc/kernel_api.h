@@ -171,6 +171,8 @@ struct KernelTable {
   int64_t (*extend_arena_bytes)(int64_t head_dim, int64_t head_dim_v);
   void (*extend_attention)(const ExtendParams&, const ThreadPool&);
   void (*write_kv_int8)(const KvQuantWriteParams&, const ThreadPool&);
+  // Tokens per decode KV block (one online-softmax step): tests aim at it.
+  int64_t decode_block_tokens;
 };
 
 }  // namespace rvv_attn

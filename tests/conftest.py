@@ -9,24 +9,45 @@ marked ``rvv`` fails (it does not skip) if the RVV variant is not active.
 from __future__ import annotations
 
 import os
+import zlib
 
 import pytest
 from hypothesis import HealthCheck, settings
+from hypothesis import core as hypothesis_core
+from hypothesis import __version__ as hypothesis_version
 
-# Property-based tests: deterministic and bounded by default (CI, emulated
-# runs), many random examples on demand: HYPOTHESIS_PROFILE=dev. A failure
-# prints the falsifying example and a @reproduce_failure blob; under the
-# default profile rerunning the same node id (e.g. with `nox -s repro`)
-# generates the very same examples.
+_SEED = pytest.StashKey[int]()
+_DESELECTED = pytest.StashKey[int]()
+
+# Property-based tests: bounded by default (CI, emulated runs), many more
+# examples on demand: HYPOTHESIS_PROFILE=dev. Each configuration draws from its
+# own seed (the portable build on the host, each VLEN under QEMU), so the
+# configurations explore different examples, yet every run of one
+# configuration draws the same ones. The seed is printed in the report header;
+# `--hypothesis-seed=N` replays a run (or explores another seed). A failure
+# also prints the falsifying example and a @reproduce_failure blob.
 _common = dict(deadline=None, print_blob=True, database=None,
                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
                                       # kernel_variant only selects a variant: sharing it across examples is intended
                                       HealthCheck.function_scoped_fixture])
-settings.register_profile("ci", derandomize=True, max_examples=20, **_common)
+settings.register_profile("ci", max_examples=20, **_common)
 settings.register_profile("dev", max_examples=400, **_common)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 EXPECTED_VARIANT = os.environ.get("RVV_ATTN_EXPECT_VARIANT", "")
+
+
+def default_hypothesis_seed() -> int:
+    """This configuration's seed: a hash of the variant under test (``host`` for the host's portable run)."""
+    return zlib.crc32(f"rvv-attn/{EXPECTED_VARIANT or 'host'}".encode())
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    given = config.getoption("hypothesis_seed", None)
+    seed = int(given) if given is not None else default_hypothesis_seed()
+    # The hypothesis plugin applies --hypothesis-seed the same way; without it, the configuration's own seed.
+    hypothesis_core.global_force_seed = seed
+    config.stash[_SEED] = seed
 
 try:
     import rvv_attn
@@ -49,7 +70,28 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     ]
     if os.environ.get("RVV_ATTN_QEMU_CPU"):
         lines.append(f"rvv-attn: qemu -cpu {os.environ['RVV_ATTN_QEMU_CPU']}")
+    seed = config.stash[_SEED]
+    lines.append(f"rvv-attn: hypothesis {hypothesis_version}, profile {settings.default.max_examples} examples, "
+                 f"seed {seed} (replay: --hypothesis-seed={seed})")
     return lines
+
+
+def pytest_deselected(items: list[pytest.Item]) -> None:
+    if items:
+        config = items[0].config
+        config.stash[_DESELECTED] = config.stash.get(_DESELECTED, 0) + len(items)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    # Recorded in the JUnit XML (a <property> of the test suite) for the run summary.
+    try:
+        from _pytest.junitxml import xml_key
+    except ImportError:  # pragma: no cover - pytest moved it; the summary then reports 0
+        return
+    xml = session.config.stash.get(xml_key, None)
+    if xml is not None:
+        xml.add_global_property("deselected", str(session.config.stash.get(_DESELECTED, 0)))
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
@@ -110,4 +152,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 def kernel_variant(request: pytest.FixtureRequest):
     """Run the test with one kernel variant selected, then restore the previous one."""
     with rvv_attn.use_variant(request.param) as name:
+        active = rvv_attn.runtime_info()["active_variant"]
+        assert name == request.param and active == request.param, \
+            f"asked for kernel variant {request.param}, but {active} is active"
         yield name

@@ -122,3 +122,36 @@ def write_kv_int8(cache: torch.Tensor, scale_buf: torch.Tensor, rows: torch.Tens
             scale_buf[slot] = s
         else:
             cache[slot] = quantize_int8(rows[i], scale)[0]
+
+
+def decode_split_partials(query: torch.Tensor, k_buffer: torch.Tensor, v_buffer: torch.Tensor,
+                          req_to_token: torch.Tensor, req_pool_indices: torch.Tensor, seq_lens: torch.Tensor,
+                          sm_scale: float, logit_cap: float, splits: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """What decode must leave in attn_logits, in float64: ([B, H, splits, Dv] partial outputs, [B, H, splits] LSE).
+
+    Split s of a sequence of length L covers tokens [s * ceil(L / splits),
+    (s + 1) * ceil(L / splits)) clipped to L; its partial output is the
+    softmax over those tokens only, and its LSE is log(sum exp(score)) over
+    them. Empty splits are NaN in the partials and -inf in the LSE.
+    """
+    batch, heads, _ = query.shape
+    group = heads // k_buffer.shape[1]
+    out = torch.full((batch, heads, splits, v_buffer.shape[2]), float("nan"), dtype=torch.float64)
+    lse = torch.full((batch, heads, splits), float("-inf"), dtype=torch.float64)
+    for b in range(batch):
+        length = int(seq_lens[b])
+        slots = req_to_token[int(req_pool_indices[b]), :length].long()
+        k = k_buffer[slots].double().repeat_interleave(group, dim=1)
+        v = v_buffer[slots].double().repeat_interleave(group, dim=1)
+        scores = torch.einsum("hd,lhd->hl", query[b].double(), k) * sm_scale
+        if logit_cap > 0:
+            scores = logit_cap * torch.tanh(scores / logit_cap)
+        per = -(-length // splits)
+        for s in range(splits):
+            lo, hi = min(s * per, length), min((s + 1) * per, length)
+            if lo >= hi:
+                continue
+            part = scores[:, lo:hi]
+            lse[b, :, s] = torch.logsumexp(part, dim=-1)
+            out[b, :, s] = torch.einsum("hl,lhd->hd", torch.softmax(part, dim=-1), v[lo:hi])
+    return out, lse

@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 import torch
 from hypothesis import strategies as st
 
+import opcall
+
 FLOAT_DTYPES = [torch.float32, torch.bfloat16, torch.float16]
 
 
@@ -40,9 +42,9 @@ def kv_write_calls(draw, min_batch: int = 0) -> KvWriteCall:
     def randn(*shape: int) -> torch.Tensor:
         return torch.randn(*shape, generator=g).to(dtype)
 
-    pad = draw(st.integers(0, 3))  # > 0: the cache is a view into a wider pool
-    k_buffer = randn(slots, heads_kv, head_dim + pad)[:, :, pad:]
-    v_buffer = randn(slots, heads_kv, head_dim_v + pad)[:, :, : head_dim_v]
+    pad = draw(st.integers(0, 3))  # > 0: the cache is a view into a wider, NaN-filled pool
+    k_buffer = opcall.embed(randn(slots, heads_kv, head_dim), lead=(0, 0, pad), trail=(0, 0, 0))
+    v_buffer = opcall.embed(randn(slots, heads_kv, head_dim_v), lead=(0, 0, 0), trail=(0, 0, pad))
     key = randn(batch, heads_kv, head_dim)
     value = randn(batch, heads_kv, head_dim_v)
     loc = torch.randperm(slots, generator=g)[:batch].to(torch.int64)
@@ -75,7 +77,7 @@ def kv_write_mutations(call: KvWriteCall) -> dict[str, tuple[dict, str]]:
 
 # ---- decode attention ----------------------------------------------------------------------------
 # Lengths around the KV block sizes of every VLEN (16, 32, 64, 128 tokens per block).
-BLOCK_EDGES = [1, 2, 15, 16, 17, 31, 32, 33, 63, 64, 65, 127, 128, 129]
+BLOCK_EDGES = [1, 2, 15, 16, 17, 31, 32, 33, 63, 64, 65, 127, 128, 129, 257]
 
 
 @st.composite
@@ -84,11 +86,11 @@ def decode_cases(draw):
     from test_decode_attention import make_case
 
     batch = draw(st.integers(1, 4))
-    lens = draw(st.lists(st.one_of(st.sampled_from(BLOCK_EDGES), st.integers(1, 200)), min_size=batch,
+    lens = draw(st.lists(st.one_of(st.sampled_from(BLOCK_EDGES), st.integers(1, 300)), min_size=batch,
                          max_size=batch))
     heads_kv = draw(st.integers(1, 3))
     group = draw(st.sampled_from([1, 2, 3, 4, 8]))
-    dim = st.one_of(st.integers(1, 9), st.sampled_from([31, 32, 33, 64, 80, 127, 128]))
+    dim = st.one_of(st.integers(1, 9), st.sampled_from([31, 32, 33, 64, 80, 127, 128, 256]))
     head_dim, head_dim_v = draw(dim), draw(dim)
     return make_case(lens, heads_kv * group, heads_kv, head_dim, head_dim_v,
                      draw(st.sampled_from(FLOAT_DTYPES)), draw(st.integers(1, 8)),
@@ -145,11 +147,11 @@ def extend_cases(draw):
     from test_extend_attention import Case
 
     batch = draw(st.integers(1, 3))
-    lengths = st.one_of(st.sampled_from(EXTEND_EDGES), st.integers(0, 100))
+    lengths = st.one_of(st.sampled_from(EXTEND_EDGES), st.integers(0, 150))
     prefix = draw(st.lists(lengths, min_size=batch, max_size=batch))
     extend = draw(st.lists(lengths, min_size=batch, max_size=batch))
     heads_kv = draw(st.integers(1, 3))
-    dim = st.one_of(st.integers(1, 9), st.sampled_from([31, 32, 33, 64, 80, 96, 128]))
+    dim = st.one_of(st.integers(1, 9), st.sampled_from([31, 32, 33, 64, 80, 96, 128, 256]))
     return Case(prefix, extend, heads=heads_kv * draw(st.sampled_from([1, 2, 3, 8])), heads_kv=heads_kv,
                 head_dim=draw(dim), head_dim_v=draw(dim), dtype=draw(st.sampled_from(FLOAT_DTYPES)),
                 map_dtype=draw(st.sampled_from([torch.int32, torch.int64])),
@@ -218,7 +220,7 @@ def int8_decode_cases(draw):
     lens = draw(st.lists(st.one_of(st.sampled_from(BLOCK_EDGES), st.integers(1, 150)), min_size=batch,
                          max_size=batch))
     heads_kv = draw(st.integers(1, 3))
-    dim = st.one_of(st.integers(1, 9), st.sampled_from([31, 32, 33, 64, 80]))
+    dim = st.one_of(st.integers(1, 9), st.sampled_from([31, 32, 33, 64, 80, 128, 256]))
     return int8_decode(lens, heads_kv * draw(st.sampled_from([1, 2, 4])), heads_kv, draw(dim), draw(dim),
                        draw(st.sampled_from(FLOAT_DTYPES)), draw(st.sampled_from(INT8_SCALES)),
                        draw(st.sampled_from(INT8_SCALES)), splits=draw(st.integers(1, 4)),
@@ -236,7 +238,7 @@ def int8_extend_cases(draw):
     batch = draw(st.integers(1, 3))
     lengths = st.one_of(st.sampled_from(EXTEND_EDGES), st.integers(0, 70))
     heads_kv = draw(st.integers(1, 3))
-    dim = st.one_of(st.integers(1, 9), st.sampled_from([31, 32, 33, 64]))
+    dim = st.one_of(st.integers(1, 9), st.sampled_from([31, 32, 33, 64, 128, 256]))
     case = Case(draw(st.lists(lengths, min_size=batch, max_size=batch)),
                 draw(st.lists(lengths, min_size=batch, max_size=batch)),
                 heads=heads_kv * draw(st.sampled_from([1, 2, 4])), heads_kv=heads_kv, head_dim=draw(dim),
@@ -246,3 +248,68 @@ def int8_extend_cases(draw):
                 seed=draw(st.integers(0, 2**31 - 1)))
     return int8_extend(case, draw(st.sampled_from(INT8_SCALES)), draw(st.sampled_from(INT8_SCALES)),
                        new_int8=draw(st.booleans()), zero_rows=draw(st.booleans()), unit_data=True)
+
+
+# ---- explicit examples -----------------------------------------------------------------------------
+class Deferred:
+    """An @example argument built when the example runs, i.e. after kernel_variant selected a variant,
+    so it can take its lengths from that variant's block."""
+
+    def __init__(self, build, label: str):
+        self.build, self.label = build, label
+
+    def __repr__(self) -> str:
+        return f"Deferred({self.label})"
+
+
+def built(value):
+    return value.build() if isinstance(value, Deferred) else value
+
+
+def _block() -> int:
+    import rvv_attn
+
+    return int(rvv_attn.ops.decode_attention_blocking())
+
+
+def decode_edge(head_dim: int, splits: int, logit_cap: float = 0.0) -> Deferred:
+    """Decode at the active block's edges (k - 1, k, k + 1, 2k + 1 tokens)."""
+    from test_decode_attention import make_case
+
+    def build():
+        k = _block()
+        return make_case([k - 1, k, k + 1, 2 * k + 1], 2, 1, head_dim, head_dim, torch.bfloat16, splits,
+                         strided=True, logit_cap=logit_cap, seed=head_dim + splits)
+    return Deferred(build, f"decode edges D={head_dim} splits={splits} cap={logit_cap}")
+
+
+def extend_edge(head_dim: int) -> Deferred:
+    """Extend with new-token counts crossing the active key block."""
+    from test_extend_attention import Case
+
+    def build():
+        k = _block()
+        return Case([k - 1, 2 * k + 1], [2 * k + 1, k + 1], heads=2, heads_kv=1, head_dim=head_dim,
+                    head_dim_v=head_dim, strided=True, seed=head_dim).build()
+    return Deferred(build, f"extend edges D={head_dim}")
+
+
+def int8_decode_edge(head_dim: int, k_scale: float, v_scale: float) -> Deferred:
+    from test_int8_kv_cache import int8_decode
+
+    def build():
+        k = _block()
+        return int8_decode([k - 1, 2 * k + 1], 2, 1, head_dim, head_dim, torch.float32, k_scale, v_scale, splits=2,
+                           magnitudes=True, seed=head_dim)
+    return Deferred(build, f"int8 decode edges D={head_dim} k_scale={k_scale} v_scale={v_scale}")
+
+
+def int8_extend_edge(head_dim: int, k_scale: float, v_scale: float) -> Deferred:
+    from test_extend_attention import Case
+    from test_int8_kv_cache import int8_extend
+
+    def build():
+        k = _block()
+        return int8_extend(Case([k + 1, 0], [2 * k + 1, k - 1], heads=2, heads_kv=1, head_dim=head_dim,
+                                head_dim_v=head_dim, seed=head_dim), k_scale, v_scale, magnitudes=True)
+    return Deferred(build, f"int8 extend edges D={head_dim} k_scale={k_scale} v_scale={v_scale}")

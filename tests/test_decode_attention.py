@@ -11,12 +11,26 @@ from dataclasses import dataclass, field
 import pytest
 import torch
 
+import opcall
 import rvv_attn
 from reference import decode_attention as reference_attention
+from reference import decode_split_partials as reference_split_partials
 from reference import write_kv as reference_write_kv
-from tolerances import assert_close_to_reference
+from tolerances import LSE_TOLERANCE, TOLERANCES, assert_close_to_reference
 
 OP = rvv_attn.ops.decode_attention_cpu
+
+def decode_block() -> int:
+    """Tokens per KV block of the active variant's decode kernel (one online-softmax step)."""
+    return int(rvv_attn.ops.decode_attention_blocking())
+
+
+def expected_decode_block(variant: str) -> int:
+    """The design's KV block: one float32 LMUL=4 vector, VLEN/32 * 4 tokens; the portable build uses vlen128's 16."""
+    vlen = 128 if variant == "portable" else int(rvv_attn.runtime_info()["cpu_vlen"])
+    assert variant in ("portable", f"vlen{vlen}")
+    return vlen // 32 * 4
+
 
 @dataclass
 class Case:
@@ -34,21 +48,47 @@ class Case:
     sm_scale: float
     logit_cap: float
     extra: dict = field(default_factory=dict)
+    before: dict | None = None  # the arguments as they were before the last run()
 
     def args(self) -> list:
         return [self.query, self.k_buffer, self.v_buffer, self.output, self.key, self.value, self.loc,
                 self.attn_logits, self.req_to_token, self.req_pool_indices, self.seq_lens, self.sm_scale,
                 self.logit_cap]
 
+    def named_args(self) -> dict:
+        return dict(zip(DECODE_ARGS, self.args()))
+
     def run(self) -> None:
-        OP(*self.args())
+        """Call the operator through opcall: the cache may change only at the loc rows."""
+        self.before = opcall.call(OP, self.named_args(), decode_writes(self.named_args()))
+
+    def _reference_inputs(self) -> tuple[dict, torch.Tensor, torch.Tensor]:
+        """The inputs as they were before the call, and the cache after the reference KV write."""
+        a = self.before or self.named_args()
+        k, v = a["k_buffer"].clone(), a["v_buffer"].clone()
+        reference_write_kv(k, v, a["key"], a["value"], a["loc"])
+        return a, k, v
 
     def reference(self) -> torch.Tensor:
-        """Expected output: the KV write applied to copies, then plain attention."""
-        k, v = self.k_buffer.clone(), self.v_buffer.clone()
-        reference_write_kv(k, v, self.key, self.value, self.loc)
-        return reference_attention(self.query, k, v, self.req_to_token, self.req_pool_indices, self.seq_lens,
-                                   self.sm_scale, self.logit_cap)
+        """Expected output from the inputs as they were before the call: the KV write, then plain attention."""
+        a, k, v = self._reference_inputs()
+        return reference_attention(a["query"], k, v, a["req_to_token"], a["req_pool_indices"], a["seq_lens"],
+                                   a["sm_scale"], a["logit_cap"])
+
+    def reference_splits(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Expected attn_logits contents: float64 partial outputs [B, H, S, Dv] and LSE [B, H, S]."""
+        a, k, v = self._reference_inputs()
+        return reference_split_partials(a["query"], k, v, a["req_to_token"], a["req_pool_indices"], a["seq_lens"],
+                                        a["sm_scale"], a["logit_cap"], a["attn_logits"].shape[2])
+
+
+DECODE_ARGS = ("query", "k_buffer", "v_buffer", "output", "key", "value", "loc", "attn_logits", "req_to_token",
+               "req_pool_indices", "seq_lens", "sm_scale", "logit_cap")
+
+
+def decode_writes(a: dict) -> dict:
+    """What decode may write: the new token's cache rows, every output row, every split of attn_logits."""
+    return opcall.documented_writes("decode_attention_cpu", a)
 
 
 def make_case(lens, heads, heads_kv, head_dim, head_dim_v, dtype, splits, map_dtype=torch.int64, strided=False,
@@ -77,36 +117,62 @@ def make_case(lens, heads, heads_kv, head_dim, head_dim_v, dtype, splits, map_dt
         loc[b] = slot_perm[used + length - 1]
         used += length
 
+    query, key, value = randn(batch, heads, head_dim), randn(batch, heads_kv, head_dim), randn(batch, heads_kv, head_dim_v)
+    k_buffer, v_buffer = randn(num_slots, heads_kv, head_dim), randn(num_slots, heads_kv, head_dim_v)
+    # NaN: anything the operator fails to write shows up.
+    output = torch.full((batch, heads, head_dim_v), float("nan"), dtype=dtype)
+    attn_logits = torch.full((batch, heads, splits, head_dim_v + 1), float("nan"))
+    embed = opcall.embed
     if strided:
-        # Views: a query slice of a fused QKV-like tensor with swapped batch /
-        # head strides, caches carved out of wider pools, a padded output and
-        # a padded attn_logits.
-        query = randn(heads, batch, head_dim + 6)[:, :, 3:3 + head_dim].transpose(0, 1)
-        k_buffer = randn(num_slots, heads_kv + 1, head_dim + 3)[:, 1:, 2:2 + head_dim]
-        v_buffer = randn(num_slots * 2, heads_kv, head_dim_v)[::2]
-        key = randn(batch, heads_kv, head_dim + head_dim_v)[:, :, :head_dim]
-        value = randn(batch, heads_kv, head_dim_v + 1)[:, :, 1:]
-        output = torch.full((batch, heads, head_dim_v + 4), float("nan"), dtype=dtype)[:, :, :head_dim_v]
-        attn_logits = torch.full((batch, heads, splits + 1, head_dim_v + 3), float("nan"))[:, :, 1:, :head_dim_v + 1]
+        # Views inside NaN-filled (int8: -128) base tensors, which opcall checks
+        # after the call: a query slice of a fused QKV-like tensor with swapped
+        # batch / head strides, caches carved out of wider pools (every other
+        # slot, a spare head), new K/V sliced from fused rows, a padded output
+        # and a padded attn_logits.
+        query = embed(query, lead=(0, 0, 3), swap=(0, 1))
+        k_buffer = embed(k_buffer, lead=(0, 1, 2), trail=(0, 0, 1))
+        v_buffer = embed(v_buffer, lead=(0, 0, 0), step=(2, 1, 1))
+        key = embed(key, lead=(0, 0, 0), trail=(0, 0, head_dim_v))
+        value = embed(value, lead=(0, 0, 1), trail=(0, 0, 0))
+        output = embed(output, lead=(0, 0, 0), trail=(0, 0, 4))
+        attn_logits = embed(attn_logits, lead=(0, 0, 1, 0), trail=(0, 0, 0, 2))
     else:
-        query = randn(batch, heads, head_dim)
-        k_buffer = randn(num_slots, heads_kv, head_dim)
-        v_buffer = randn(num_slots, heads_kv, head_dim_v)
-        key = randn(batch, heads_kv, head_dim)
-        value = randn(batch, heads_kv, head_dim_v)
-        # NaN: anything the operator fails to write shows up.
-        output = torch.full((batch, heads, head_dim_v), float("nan"), dtype=dtype)
-        attn_logits = torch.full((batch, heads, splits, head_dim_v + 1), float("nan"))
+        # Dense (contiguous) outputs with a sentinel row before and after:
+        # a store one row off either end lands there.
+        output = embed(output, lead=(1, 0, 0))
+        attn_logits = embed(attn_logits, lead=(1, 0, 0, 0))
     return Case(query, k_buffer, v_buffer, output, key, value, loc, attn_logits, req_to_token,
                 rows.to(torch.int64), torch.tensor(lens, dtype=torch.int64),
                 # 2/sqrt(D): scores ~N(0, 4), a peaked softmax that the cap of 2 visibly changes.
                 sm_scale=2.0 / math.sqrt(head_dim), logit_cap=logit_cap)
 
 
-def assert_matches_reference(case: Case) -> None:
+def assert_matches_reference(case: Case, atol: float | None = None) -> None:
+    """Output and attn_logits against the float64 references (``atol`` overrides the dtype's, e.g. for huge scores)."""
     expected = case.reference()
     assert not torch.isnan(case.output).any(), "output has NaN: some row was not written"
-    assert_close_to_reference(case.output, expected)
+    if atol is None:
+        assert_close_to_reference(case.output, expected)
+    else:
+        torch.testing.assert_close(case.output.double(), expected, atol=atol, rtol=TOLERANCES[case.output.dtype]["rtol"])
+    assert_attn_logits_match(case, atol)
+
+
+def assert_attn_logits_match(case: Case, atol: float | None = None) -> None:
+    """Each split's slot of attn_logits: its normalized partial output and its log-sum-exp (documented contents)."""
+    partial, lse = case.reference_splits()
+    logits = case.attn_logits
+    filled = torch.isfinite(lse)
+    assert torch.all(logits[..., -1][~filled] == float("-inf")), "an empty split must report log(0)"
+    f32 = dict(TOLERANCES[torch.float32])
+    lse_tol = dict(LSE_TOLERANCE)
+    if atol is not None:  # the error of large scores reaches the LSE as is, the partial outputs as for the output
+        f32["atol"] = atol
+        lse_tol["atol"] = LSE_TOLERANCE["atol"] + atol
+    torch.testing.assert_close(logits[..., -1][filled].double(), lse[filled], **lse_tol,
+                               msg=lambda m: f"attn_logits LSE: {m}")
+    torch.testing.assert_close(logits[..., :-1][filled].double(), partial[filled], **f32,
+                               msg=lambda m: f"attn_logits partial outputs: {m}")
 
 
 # ---------------------------------------------------------------------------
@@ -115,13 +181,18 @@ def assert_matches_reference(case: Case) -> None:
 # hours under QEMU and prove little more).
 HEADS = [(1, 1), (8, 8), (17, 17), (32, 8), (18, 3), (21, 7), (16, 1)]
 DIMS = [(64, 64), (128, 128), (128, 64), (33, 55), (80, 80), (127, 127), (256, 256)]
+# Lengths in units of the active variant's KV block k (16 ... 128 tokens).
+# Every option starts with a sequence longer than two blocks, so every row of
+# the matrix below, and with it every (head layout, head size) pair, runs the
+# online softmax across block boundaries with rescaling at every VLEN
+# (test_every_head_layout_and_head_size_crosses_two_blocks checks this).
 LENS = {
-    "len1": lambda batch: [1] * batch,
-    "len63": lambda batch: [63] * batch,
-    "len65": lambda batch: [65] * batch,
-    "len129": lambda batch: [129] * batch,
-    "len1024": lambda batch: [1024] + [1, 63, 65][: batch - 1],
-    "mixed": lambda batch: [1, 129, 63, 2, 65, 64, 31, 128][:batch],
+    "len1": lambda batch, k: [2 * k + 3] + [1] * (batch - 1),
+    "below": lambda batch, k: [2 * k + 3] + [k - 1] * (batch - 1),
+    "above": lambda batch, k: [2 * k + 1] + [k + 1] * (batch - 1),
+    "at": lambda batch, k: [3 * k] + [k] * (batch - 1),
+    "len1024": lambda batch, k: [1024] + [1, k - 1, k + 1][: batch - 1],
+    "mixed": lambda batch, k: [2 * k + 3, 1, k + 1, 2, k - 1, k, 31, 2 * k][:batch],
 }
 FACTORS = {
     "heads": HEADS,
@@ -170,16 +241,25 @@ def _case_id(c: dict) -> str:
 @pytest.mark.parametrize("combo", MATRIX, ids=[_case_id(c) for c in MATRIX])
 def test_matches_reference(kernel_variant, combo):
     (heads, heads_kv), (head_dim, head_dim_v) = combo["heads"], combo["dims"]
-    case = make_case(LENS[combo["lens"]](combo["batch"]), heads, heads_kv, head_dim, head_dim_v, combo["dtype"],
+    case = make_case(LENS[combo["lens"]](combo["batch"], decode_block()), heads, heads_kv, head_dim, head_dim_v, combo["dtype"],
                      combo["splits"], combo["map_dtype"], combo["strided"], combo["logit_cap"],
                      seed=zlib.crc32(_case_id(combo).encode()) % 1000)
     case.run()
     assert_matches_reference(case)
 
 
+def test_every_head_layout_and_head_size_crosses_two_blocks(kernel_variant):
+    # The emulated sessions rely on the all-pairs matrix for the head layout x
+    # head size product: each pair must meet a sequence longer than two KV blocks.
+    block = decode_block()
+    long_rows = {(c["heads"], c["dims"]) for c in MATRIX if max(LENS[c["lens"]](c["batch"], block)) > 2 * block}
+    missing = set(itertools.product(HEADS, DIMS)) - long_rows
+    assert not missing, f"(heads, dims) pairs never run past two KV blocks of {block} tokens: {sorted(missing)}"
+
+
 # Every head layout with every head size, float32: on the host only (49
 # cases, seconds there, many minutes under QEMU); the emulated sessions rely
-# on the all-pairs matrix above, which has every pair of the two.
+# on the all-pairs matrix above (checked just above).
 HEAD_DIM_PRODUCT = list(itertools.product(HEADS, DIMS))
 
 
@@ -192,21 +272,24 @@ def test_every_head_layout_with_every_head_size(kernel_variant, heads, dims):
     assert_matches_reference(case)
 
 
-@pytest.mark.parametrize("splits", [1, 2, 3, 4, 5, 6, 7, 8])
+@pytest.mark.parametrize("splits", [2, 3, 4, 5, 6, 7, 8])
 def test_every_split_count_gives_the_same_answer(kernel_variant, splits):
     # Lengths below, at and above the split count: trailing splits are empty.
-    case = make_case([1, 2, 5, 8, 9, 40], 4, 2, 32, 24, torch.float32, splits)
+    # The same data with one split, then with ``splits``: each is checked
+    # against the reference (attn_logits too), and against each other.
+    lens = [1, 2, 5, 8, 9, 40, 2 * decode_block() + 1]
+    one = make_case(lens, 4, 2, 32, 24, torch.float32, 1)
+    one.run()
+    case = make_case(lens, 4, 2, 32, 24, torch.float32, splits)
     case.run()
+    assert_matches_reference(one)
     assert_matches_reference(case)
     assert not torch.isnan(case.attn_logits).any(), "an empty split produced NaN"
-    for b, length in enumerate(case.seq_lens.tolist()):
-        per = -(-length // splits)
-        for s in range(splits):
-            lse = case.attn_logits[b, :, s, -1]
-            if s * per >= length:
-                assert torch.all(lse == float("-inf")), "an empty split must report log(0)"
-            else:
-                assert torch.isfinite(lse).all()
+    # Two float32 computations of one value, each within the float32
+    # allowance of the float64 result: they differ by at most both added up.
+    tol = TOLERANCES[torch.float32]
+    torch.testing.assert_close(case.output, one.output, atol=2 * tol["atol"], rtol=2 * tol["rtol"])
+    assert not torch.equal(case.attn_logits[:, :, :1], one.attn_logits), "split 0 must cover fewer tokens"
 
 
 def test_logit_cap_is_applied(kernel_variant):
@@ -386,10 +469,6 @@ BAD_INPUTS = {
 def test_bad_input_raises_a_clear_error_and_writes_nothing(kernel_variant, name):
     mutate, message = BAD_INPUTS[name]
     case = mutate(make_case([3, 7], 4, 2, 16, 7, torch.float32, 2, spare_slots=5))
-    watched = {"k_buffer": case.k_buffer, "v_buffer": case.v_buffer, "output": case.output,
-               "attn_logits": case.attn_logits}
-    before = {k: t.clone() for k, t in watched.items()}
+    # opcall checks that the rejected call changed no byte of any argument.
     with pytest.raises(RuntimeError, match=r"rvv_attn.decode_attention_cpu: .*" + message):
         case.run()
-    for k, t in watched.items():
-        torch.testing.assert_close(t, before[k], rtol=0, atol=0, equal_nan=True, msg=f"{k} was written")

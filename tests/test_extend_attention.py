@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 import pytest
 import torch
 
+import opcall
 import rvv_attn
 from reference import extend_attention as reference_extend
 from tolerances import TOLERANCES, assert_close_to_reference
@@ -55,6 +56,7 @@ class Case:
     strided: bool = False  # q/k/v/o as views with non-dense outer strides
     seed: int = 0
     inputs: dict = field(default_factory=dict, repr=False)
+    before: dict | None = field(default=None, repr=False)  # the arguments before the last run()
 
     def build(self) -> Case:
         """Random inputs: shuffled cache slots and pool rows, a spare row between extend ranges."""
@@ -73,14 +75,17 @@ class Case:
             starts[b] = row
             row += self.extend[b]
         tokens = row + 1
+        q, k, v = randn(tokens, h, d), randn(tokens, hkv, d), randn(tokens, hkv, dv)
+        o = torch.full((tokens, h, dv), SENTINEL, dtype=self.dtype)
         if self.strided:
-            q = randn(tokens, h + 1, d + 3)[:, 1:, 3:]
-            k = randn(tokens, hkv, d + dv)[:, :, :d]
-            v = randn(tokens, hkv, d + dv)[:, :, d:]
-            o = torch.full((tokens * 2, h, dv), SENTINEL, dtype=self.dtype)[::2]
+            # Views inside NaN-filled base tensors (checked by opcall after the call).
+            q = opcall.embed(q, lead=(0, 1, 3), trail=(0, 0, 0))
+            k = opcall.embed(k, lead=(0, 0, 0), trail=(0, 0, dv))
+            v = opcall.embed(v, lead=(0, 0, d), trail=(0, 0, 0))
+            o = opcall.embed(o, lead=(0, 0, 0), step=(2, 1, 1))
         else:
-            q, k, v = randn(tokens, h, d), randn(tokens, hkv, d), randn(tokens, hkv, dv)
-            o = torch.full((tokens, h, dv), SENTINEL, dtype=self.dtype)
+            # Contiguous, with a sentinel row before and after.
+            o = opcall.embed(o, lead=(1, 0, 0))
         slots = sum(self.prefix) + 5
         k_buffer, v_buffer = randn(slots, hkv, d), randn(slots, hkv, dv)
         pool_rows = batch + 2
@@ -106,13 +111,15 @@ class Case:
         return self
 
     def run(self, **change) -> torch.Tensor:
+        """Call the operator through opcall (only the sequences' rows of o_extend may change)."""
         args = dict(self.inputs)
         args.update(change)
-        OP(**args)
+        self.before = opcall.call(OP, args, extend_writes(args))
         return args["o_extend"]
 
     def reference(self, logit_cap: float | None = None) -> torch.Tensor:
-        a = self.inputs
+        """From the inputs as they were before the last run() (or now, before any)."""
+        a = self.before or self.inputs
         return reference_extend(a["q_extend"], a["k_extend"], a["v_extend"], a["k_buffer"], a["v_buffer"],
                                 a["req_to_token"], a["req_pool_indices"], a["seq_lens"], a["extend_seq_lens"],
                                 a["extend_start_loc"], a["sm_scale"],
@@ -123,6 +130,17 @@ class Case:
         owned = ~torch.isnan(ref[:, 0, 0])
         assert_close_to_reference(out[owned], ref[owned])
         assert torch.all(out[~owned] == SENTINEL), "rows outside every extend range were written"
+
+
+def owned_rows(a: dict) -> list[int]:
+    """Rows of o_extend that some sequence owns (extend_start_loc[b] ..+ extend_seq_lens[b])."""
+    return [r for start, n in zip(a["extend_start_loc"].tolist(), a["extend_seq_lens"].tolist())
+            for r in range(start, start + max(n, 0))]
+
+
+def extend_writes(a: dict) -> dict:
+    """What extend may write: the sequences' rows of o_extend, nothing else."""
+    return opcall.documented_writes("extend_attention_cpu", a)
 
 
 # Named shapes for the reference comparison. Dtypes and map dtypes are spread
@@ -269,10 +287,13 @@ def test_one_new_token_on_a_prefix_equals_decode(kernel_variant, dtype, logit_ca
     for b in range(batch):
         req_to_token[a["req_pool_indices"][b], int(a["seq_lens"][b]) - 1] = int(loc[b])
     decoded = torch.full((batch, heads, dv), SENTINEL, dtype=dtype)
-    rvv_attn.ops.decode_attention_cpu(
+    from test_decode_attention import DECODE_ARGS, decode_writes
+
+    d = dict(zip(DECODE_ARGS, (
         a["q_extend"][rows], a["k_buffer"].clone(), a["v_buffer"].clone(), decoded, a["k_extend"][rows],
         a["v_extend"][rows], loc, torch.zeros(batch, heads, 3, dv + 1), req_to_token, a["req_pool_indices"],
-        a["seq_lens"], a["sm_scale"], logit_cap)
+        a["seq_lens"], a["sm_scale"], logit_cap)))
+    opcall.call(rvv_attn.ops.decode_attention_cpu, d, decode_writes(d))
     # Two float32 computations of one value, each rounded once to the dtype:
     # they may differ by both kernels' allowances added up.
     tol = TOLERANCES[dtype]
@@ -362,9 +383,6 @@ def test_bad_input_raises_a_clear_error_and_writes_nothing(kernel_variant, name)
     change, message = BAD_INPUTS[name]
     case = _valid_case()
     case.run(o_extend=case.inputs["o_extend"].clone())  # the unchanged case is valid
-    args = dict(case.inputs)
-    args.update(change(args))
-    before = args["o_extend"].clone()
+    # opcall checks that the rejected call changed no byte of any argument.
     with pytest.raises(RuntimeError, match=r"rvv_attn.extend_attention_cpu: .*" + message):
-        OP(**args)
-    assert torch.equal(args["o_extend"], before)
+        case.run(**change(dict(case.inputs)))

@@ -16,12 +16,14 @@ from dataclasses import dataclass, replace
 import pytest
 import torch
 
+import opcall
 import rvv_attn
 from reference import decode_attention as reference_decode
 from reference import dequantize_int8, quantize_int8, write_kv_int8
 from reference import extend_attention as reference_extend
 from test_decode_attention import make_case
-from test_extend_attention import SENTINEL, Case as ExtendCase
+from test_extend_attention import SENTINEL, extend_writes
+from test_extend_attention import Case as ExtendCase
 from tolerances import TOLERANCES, assert_close_to_reference
 
 DECODE = rvv_attn.ops.decode_attention_int8_cpu
@@ -56,6 +58,14 @@ def _rows(shape, scale: float, g: torch.Generator, magnitudes: bool, zero_rows: 
     return x
 
 
+def call_int8(op, args: dict, new_slots) -> dict:
+    """An int8 operator through opcall with its documented writes (the new tokens' rows and dynamic scales of
+    float rows, the batch's output rows and attn_logits); ``new_slots`` must be where they go."""
+    name = op._qualified_op_name.split("::")[-1] if hasattr(op, "_qualified_op_name") else str(op).split(".")[-1]
+    writes = opcall.documented_writes(name, args)
+    return opcall.call(op, args, writes)
+
+
 # ---- decode ------------------------------------------------------------------------------------
 @dataclass
 class Int8Decode:
@@ -73,7 +83,7 @@ class Int8Decode:
                     logit_cap=c.logit_cap, k_scale_buf=self.k_scale_buf, v_scale_buf=self.v_scale_buf,
                     k_scale=self.k_scale, v_scale=self.v_scale)
         args.update(change)
-        DECODE(**args)
+        call_int8(DECODE, args, args["loc"])
 
     def expected(self, logit_cap: float | None = None):
         """(k cache, v cache, k scales, v scales, output float64) the operator must produce."""
@@ -101,7 +111,9 @@ class Int8Decode:
 def _quantized_cache(x: torch.Tensor, scale: float) -> tuple[torch.Tensor, torch.Tensor]:
     """An int8 cache holding x, and its scale buffer (NaN everywhere in static mode: it must not be read)."""
     q, s = quantize_int8(x, None if _dyn(scale) else scale)
-    return q, (s if _dyn(scale) else torch.full_like(s, NAN))
+    s = s if _dyn(scale) else torch.full_like(s, NAN)
+    # Contiguous, with a sentinel slot before and after (-128 / NaN): a store one slot off lands there.
+    return opcall.embed(q, lead=(1, 0, 0)), opcall.embed(s, lead=(1, 0))
 
 
 def int8_decode(lens, heads, heads_kv, head_dim, head_dim_v, dtype, k_scale, v_scale, splits=3, new_int8=False,
@@ -240,7 +252,7 @@ class Int8Extend:
     def check(self, **change) -> torch.Tensor:
         k, v, ks, vs, ref = self.expected(change.get("logit_cap"))
         args = self.args(**change)
-        EXTEND(**args)
+        call_int8(EXTEND, args, self.new_slots()[1])
         assert torch.equal(args["k_buffer"], k), "k_buffer differs from the reference quantization"
         assert torch.equal(args["v_buffer"], v), "v_buffer differs from the reference quantization"
         torch.testing.assert_close(args["k_scale_buf"], ks, rtol=0, atol=0, equal_nan=True)
@@ -285,8 +297,9 @@ def int8_extend(case: ExtendCase, k_scale, v_scale, new_int8=False, magnitudes=F
     if not case.strided:
         a["k_extend"], a["v_extend"] = k_new, v_new
     else:
-        a["k_extend"] = torch.cat([k_new, k_new], 2)[:, :, :d]
-        a["v_extend"] = torch.cat([v_new, v_new], 2)[:, :, dv:]
+        # Views inside sentinel-filled (NaN / -128) base tensors, as fused K/V rows.
+        a["k_extend"] = opcall.embed(k_new, lead=(0, 0, 0), trail=(0, 0, dv))
+        a["v_extend"] = opcall.embed(v_new, lead=(0, 0, d), trail=(0, 0, 0))
     return t
 
 
@@ -351,10 +364,13 @@ def test_extend_one_token_on_a_prefix_equals_decode(kernel_variant, dtype, k_sca
     k0, v0, ks0, vs0 = a["k_buffer"].clone(), a["v_buffer"].clone(), t.k_scale_buf.clone(), t.v_scale_buf.clone()
     extended = t.check()
     decoded = torch.full((len(rows), a["q_extend"].shape[1], a["v_extend"].shape[2]), SENTINEL, dtype=dtype)
-    DECODE(a["q_extend"][rows], k0, v0, decoded, a["k_extend"][rows], a["v_extend"][rows],
-           torch.tensor(slots), torch.zeros(len(rows), decoded.shape[1], 3, decoded.shape[2] + 1),
-           a["req_to_token"], a["req_pool_indices"], a["seq_lens"], a["sm_scale"], logit_cap, ks0, vs0,
-           k_scale, v_scale)
+    from test_decode_attention import DECODE_ARGS
+
+    args = dict(zip(DECODE_ARGS + ("k_scale_buf", "v_scale_buf", "k_scale", "v_scale"), (
+        a["q_extend"][rows], k0, v0, decoded, a["k_extend"][rows], a["v_extend"][rows], torch.tensor(slots),
+        torch.zeros(len(rows), decoded.shape[1], 3, decoded.shape[2] + 1), a["req_to_token"], a["req_pool_indices"],
+        a["seq_lens"], a["sm_scale"], logit_cap, ks0, vs0, k_scale, v_scale)))
+    call_int8(DECODE, args, slots)
     # Same int8 rows and scales written by both operators.
     assert torch.equal(k0, a["k_buffer"]) and torch.equal(v0, a["v_buffer"])
     torch.testing.assert_close(ks0, t.k_scale_buf, rtol=0, atol=0, equal_nan=True)
@@ -380,7 +396,7 @@ def test_int8_attention_is_close_to_the_float_cache(kernel_variant, dtype):
                       seed=11).build()
     a = case.inputs
     float_out = a["o_extend"].clone()
-    rvv_attn.ops.extend_attention_cpu(**dict(a, o_extend=float_out))
+    case.run(o_extend=float_out)
     # The same data in an int8 cache (dynamic scales) with the new tokens written by the operator.
     t = Int8Extend(case, *(None,) * 2, DYN, DYN)
     kq, t.k_scale_buf = quantize_int8(a["k_buffer"], None)
@@ -462,14 +478,9 @@ DECODE_BAD = {
 def test_decode_bad_input_raises_and_writes_nothing(kernel_variant, name):
     t = _valid_decode()
     change, message = DECODE_BAD[name](t)
-    watched = {"k_buffer": t.case.k_buffer, "v_buffer": t.case.v_buffer, "output": t.case.output,
-               "attn_logits": t.case.attn_logits, "k_scale_buf": t.k_scale_buf, "v_scale_buf": t.v_scale_buf}
-    watched.update({k: v for k, v in change.items() if k in watched})
-    before = {k: v.clone() for k, v in watched.items()}
+    # opcall checks that the rejected call changed no byte of any argument.
     with pytest.raises(RuntimeError, match=r"rvv_attn.decode_attention_int8_cpu: .*" + message):
         t.run(**change)
-    for k, v in watched.items():
-        torch.testing.assert_close(v, before[k], rtol=0, atol=0, equal_nan=True, msg=f"{k} was written")
 
 
 def test_decode_int8_input_needs_a_valid_scale_at_its_own_slot(kernel_variant):
@@ -493,12 +504,10 @@ def test_float_operators_refuse_an_int8_cache(kernel_variant):
     c = t.case
     with pytest.raises(RuntimeError, match=r"rvv_attn.decode_attention_cpu: k_buffer is an int8 KV cache.*"
                                            r"decode_attention_int8_cpu"):
-        rvv_attn.ops.decode_attention_cpu(*c.args())
+        c.run()  # through opcall: a rejected call changes nothing
     e = int8_extend(ExtendCase(prefix=[6, 3], extend=[4, 5]), DYN, DYN)
-    o = e.case.inputs["o_extend"].clone()
     with pytest.raises(RuntimeError, match=r"rvv_attn.extend_attention_cpu: k_buffer is an int8 KV cache"):
-        rvv_attn.ops.extend_attention_cpu(**e.case.inputs)
-    assert torch.equal(o, e.case.inputs["o_extend"])
+        e.case.run()
 
 
 def _valid_extend() -> Int8Extend:
@@ -548,9 +557,6 @@ def test_extend_bad_input_raises_and_writes_nothing(kernel_variant, name):
     t = _valid_extend()
     change, message = EXTEND_BAD[name](t)
     args = t.args(**change)
-    watched = {k: args[k] for k in ("k_buffer", "v_buffer", "o_extend", "k_scale_buf", "v_scale_buf")}
-    before = {k: v.clone() for k, v in watched.items()}
+    # opcall checks that the rejected call changed no byte of any argument.
     with pytest.raises(RuntimeError, match=r"rvv_attn.extend_attention_int8_cpu: .*" + message):
-        EXTEND(**args)
-    for k, v in watched.items():
-        torch.testing.assert_close(v, before[k], rtol=0, atol=0, equal_nan=True, msg=f"{k} was written")
+        call_int8(EXTEND, args, t.new_slots()[1])

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+import opcall
 import rvv_attn
 from reference import write_kv as reference_write_kv
 
@@ -18,20 +19,27 @@ def make_case(batch, heads_kv, head_dim, head_dim_v, dtype, slots=64, strided=Fa
     def randn(*shape):
         return torch.randn(*shape, generator=g).to(dtype)
 
+    k_buffer, v_buffer = randn(slots, heads_kv, head_dim), randn(slots, heads_kv, head_dim_v)
+    key, value = randn(batch, heads_kv, head_dim), randn(batch, heads_kv, head_dim_v)
     if strided:
-        # Views whose outer strides are not those of a dense tensor: a cache
-        # carved out of a wider pool and new K/V sliced from a fused tensor.
-        k_buffer = randn(slots, heads_kv + 1, head_dim + 3)[:, 1:, 2 : 2 + head_dim]
-        v_buffer = randn(slots, heads_kv, head_dim_v + 5)[:, :, :head_dim_v]
-        key = randn(batch, heads_kv, head_dim + head_dim_v)[:, :, :head_dim]
-        value = randn(batch * 2, heads_kv, head_dim_v)[::2]
+        # Views whose outer strides are not those of a dense tensor, inside
+        # NaN-filled base tensors that opcall checks: a cache carved out of a
+        # wider pool and new K/V sliced from a fused tensor.
+        k_buffer = opcall.embed(k_buffer, lead=(0, 1, 2), trail=(0, 0, 1))
+        v_buffer = opcall.embed(v_buffer, lead=(0, 0, 0), trail=(0, 0, 5))
+        key = opcall.embed(key, lead=(0, 0, 0), trail=(0, 0, head_dim_v))
+        value = opcall.embed(value, lead=(0, 0, 0), step=(2, 1, 1))
     else:
-        k_buffer = randn(slots, heads_kv, head_dim)
-        v_buffer = randn(slots, heads_kv, head_dim_v)
-        key = randn(batch, heads_kv, head_dim)
-        value = randn(batch, heads_kv, head_dim_v)
+        # Contiguous caches with a sentinel slot before and after.
+        k_buffer, v_buffer = opcall.embed(k_buffer, lead=(1, 0, 0)), opcall.embed(v_buffer, lead=(1, 0, 0))
     loc = torch.randperm(slots, generator=g)[:batch].to(torch.int64)
     return k_buffer, v_buffer, key, value, loc
+
+
+def write(args: dict) -> dict:
+    """decode_set_kv_buffer through opcall: only the loc rows of the caches may change."""
+    return opcall.call(OP, args, {"k_buffer": opcall.rows(args["k_buffer"], args["loc"]),
+                                  "v_buffer": opcall.rows(args["v_buffer"], args["loc"])})
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
@@ -45,7 +53,7 @@ def test_rows_land_at_their_slots_and_nothing_else_changes(kernel_variant, dtype
     k_buffer, v_buffer, key, value, loc = make_case(batch, heads_kv, head_dim, head_dim_v, dtype, strided=strided)
     k_expected, v_expected = k_buffer.clone(), v_buffer.clone()
     reference_write_kv(k_expected, v_expected, key, value, loc)
-    OP(k_buffer, v_buffer, key, value, loc)
+    write(dict(k_buffer=k_buffer, v_buffer=v_buffer, key=key, value=value, loc=loc))
     # A copy must be exact, bit for bit, in every dtype.
     assert torch.equal(k_buffer, k_expected)
     assert torch.equal(v_buffer, v_expected)
@@ -54,7 +62,7 @@ def test_rows_land_at_their_slots_and_nothing_else_changes(kernel_variant, dtype
 def test_empty_batch_is_a_no_op(kernel_variant):
     k_buffer, v_buffer, key, value, loc = make_case(0, 2, 16, 16, torch.float32)
     before = k_buffer.clone(), v_buffer.clone()
-    OP(k_buffer, v_buffer, key, value, loc)
+    write(dict(k_buffer=k_buffer, v_buffer=v_buffer, key=key, value=value, loc=loc))
     assert torch.equal(k_buffer, before[0]) and torch.equal(v_buffer, before[1])
 
 
@@ -92,8 +100,6 @@ def test_bad_input_raises_a_clear_error_and_writes_nothing(kernel_variant, name)
     mutate, message = BAD_INPUTS[name]
     case = make_case(2, 2, 16, 8, torch.float32)
     args = mutate(case)
-    k_before, v_before = args["k_buffer"].clone(), args["v_buffer"].clone()
+    # opcall checks that the rejected call changed no byte of any argument.
     with pytest.raises(RuntimeError, match=r"rvv_attn.decode_set_kv_buffer: .*" + message):
-        OP(**args)
-    assert torch.equal(args["k_buffer"], k_before)
-    assert torch.equal(args["v_buffer"], v_before)
+        write(args)

@@ -18,13 +18,15 @@ from dataclasses import dataclass
 import pytest
 import torch
 
+import opcall
 import rvv_attn
 from reference import decode_attention as reference_decode
 from reference import dequantize_int8, quantize_int8
 from reference import extend_attention as reference_extend
 from tolerances import TOLERANCES, assert_close_to_reference
 
-OPS = rvv_attn.ops
+# Every call checked by opcall: only the documented elements may change.
+OPS = opcall.CheckedOps()
 # SGLang's default number of KV splits for decode (--triton-attention-num-kv-splits).
 SGLANG_NUM_KV_SPLITS = 8
 DYN = float("nan")

@@ -38,3 +38,32 @@ TOLERANCES: dict[torch.dtype, dict[str, float]] = {
 def assert_close_to_reference(out: torch.Tensor, ref: torch.Tensor) -> None:
     """Compare a kernel output (any dtype) with a float64 reference, at the output dtype's tolerance."""
     torch.testing.assert_close(out.double(), ref, **TOLERANCES[out.dtype])
+
+
+# ---- attn_logits: per-split partial outputs and log-sum-exp ------------------------------------
+# A split's partial output is float32 (never narrowed), so it gets the float32
+# row of TOLERANCES. Its log-sum-exp lse = m + log(l) is a float32 sum of the
+# split's max score m and the log of its softmax sum l: an error e in the
+# scores moves both by e (covered by F32_ACCUMULATION_ATOL, which bounds e
+# for the tests' data), l's relative error (~sqrt(n) * 2**-24 for n <= 10^4
+# terms, < 1e-5) moves log(l) by as much in absolute terms, and rounding the
+# sum m + log(l) costs half an ulp of |lse|, one more of log(l): rtol 2**-23.
+LSE_TOLERANCE = {"atol": F32_ACCUMULATION_ATOL + 1e-5, "rtol": 2.0**-23}
+
+
+# ---- scores of large magnitude ------------------------------------------------------------------
+def large_score_atol(score_terms: float, head_dim: int, value_max: float) -> float:
+    """atol for an attention output whose scores are hundreds apart (exp underflow cases).
+
+    ``score_terms`` is the largest sm_scale * sum_d |q_d k_d| of any score: a
+    float32 dot product over D terms is off by about sqrt(D) * 2**-24 of that
+    (random rounding errors add in quadrature; the query is pre-scaled, one
+    more rounding per term). Subtracting the row max is exact for the max
+    itself, so a score error e scales that key's weight by exp(e) ~ 1 + e, and
+    the normalized output, a convex combination of V rows, moves by at most
+    2 e max|v|. With scores ~N(0, 4) this is ~1e-6, the float32 allowance
+    above; with scores of hundreds it grows in proportion, and the output is
+    then still held to the float32 rounding of its own scores.
+    """
+    score_error = (head_dim**0.5 + 1) * 2.0**-24 * score_terms
+    return F32_ACCUMULATION_ATOL + 2 * score_error * value_max

@@ -3,17 +3,26 @@
 from __future__ import annotations
 
 import shutil
+import subprocess
 import zipfile
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
-from .paths import BUILD_DIR, PROJECT_ROOT, TOOLCHAINS_DIR
+from .paths import BUILD_DIR, PROJECT_ROOT, TOOLCHAINS_DIR, cache_root
 from .vlens import Variant
+from .vlens import variants as table_variants
 
 TOOLCHAIN_FILE = TOOLCHAINS_DIR / "riscv64-clang19.cmake"
 RISCV_WHEEL_TAG = "py3-none-linux_riscv64"
 # What a nox session needs to drive scikit-build-core without build isolation.
 BUILD_REQUIREMENTS = ["scikit-build-core>=0.10", "setuptools-scm>=8", "cmake>=3.21", "ninja"]
+
+
+def build_tools_present(venv_bin: Path) -> bool:
+    """True when a venv already has what BUILD_REQUIREMENTS installs."""
+    site = list(venv_bin.parent.glob("lib/python3*/site-packages/scikit_build_core"))
+    return bool(site) and (venv_bin / "cmake").exists() and (venv_bin / "ninja").exists()
 
 
 def host_install_args(build_dir: Path = BUILD_DIR / "host", extra_cmake: Sequence[str] = ()) -> list[str]:
@@ -33,11 +42,13 @@ def host_install_args(build_dir: Path = BUILD_DIR / "host", extra_cmake: Sequenc
 
 
 def cross_wheel_args(sysroot: Path, out_dir: Path, variants: Sequence[Variant],
-                     build_dir: Path = BUILD_DIR / "riscv64", build_type: str = "Release") -> list[str]:
+                     build_dir: Path = BUILD_DIR / "riscv64", build_type: str = "Release",
+                     launcher: str | None = None) -> list[str]:
     """``pip wheel`` arguments for the riscv64 wheel holding ``variants`` and the portable build."""
     vlens = ";".join(str(v.vlen) for v in variants)
+    cache = ["-C", f"cmake.define.CMAKE_CXX_COMPILER_LAUNCHER={launcher}"] if launcher else []
     return [
-        "wheel", "--no-build-isolation", "--no-deps", "-w", str(out_dir),
+        "wheel", "--no-build-isolation", "--no-deps", "-w", str(out_dir), *cache,
         "-C", f"build-dir={build_dir}",
         "-C", f"cmake.build-type={build_type}",
         "-C", f"cmake.toolchain-file={TOOLCHAIN_FILE}",
@@ -57,16 +68,129 @@ def newest_wheel(out_dir: Path) -> Path:
 
 
 def stage_wheel(wheel: Path, stage: Path) -> Path:
-    """Unpack the wheel into ``stage`` (put on the guest's PYTHONPATH): the tests import what the wheel ships."""
+    """Unpack the wheel into ``stage`` (put on the guest's PYTHONPATH): the tests import what the wheel ships.
+
+    Skipped when ``stage`` already holds this very wheel (same path, size and mtime).
+    """
+    stat = wheel.stat()
+    stamp = f"{wheel.resolve()} {stat.st_size} {stat.st_mtime_ns}\n"
+    marker = stage / ".staged-from"
+    lib = stage / "rvv_attn" / "librvv_attn_ops.so"
+    if lib.exists() and marker.exists() and marker.read_text() == stamp:
+        return stage
     if stage.exists():
         shutil.rmtree(stage)
     stage.mkdir(parents=True)
     with zipfile.ZipFile(wheel) as zf:
         zf.extractall(stage)
-    lib = stage / "rvv_attn" / "librvv_attn_ops.so"
     if not lib.exists():
         raise FileNotFoundError(f"{wheel.name} holds no rvv_attn/librvv_attn_ops.so")
+    marker.write_text(stamp)
     return stage
+
+
+@dataclass(frozen=True)
+class CrossTree:
+    """Where one riscv64 build lives: its CMake tree, the wheel it makes, and the wheel unpacked."""
+
+    build: Path
+    wheels: Path
+    stage: Path
+
+
+def cross_tree(only: Sequence[Variant] | None = None, build_dir: Path = BUILD_DIR) -> CrossTree:
+    """The full build (portable + every VLEN), or one holding portable + ``only``.
+
+    Each selection has a tree of its own, so switching between a one-VLEN
+    session and a full one rebuilds nothing that either has compiled.
+    """
+    if only is None or {v.vlen for v in only} == {v.vlen for v in table_variants()}:
+        return CrossTree(build_dir / "riscv64", build_dir / "wheels", build_dir / "stage-riscv64")
+    suffix = "-".join(v.name for v in sorted(set(only), key=lambda v: v.vlen))
+    return CrossTree(build_dir / f"riscv64-{suffix}", build_dir / f"wheels-{suffix}",
+                     build_dir / f"stage-riscv64-{suffix}")
+
+
+PACKAGE_DIR = PROJECT_ROOT / "python" / "rvv_attn"
+LIBRARY = "librvv_attn_ops.so"
+
+
+def stage_tree(tree: CrossTree, package_dir: Path = PACKAGE_DIR) -> Path:
+    """Stage a configured tree's library with the package's Python files, without packing a wheel.
+
+    For one-VLEN builds: pip + scikit-build-core re-run CMake's configure step
+    and pack a wheel on every build (about 8 s here); ninja alone then only
+    compiles what changed. The library is the tree's unstripped one. Files
+    are replaced by rename, so a process that has the old library open keeps it.
+    """
+    stage = tree.stage
+    (stage / "rvv_attn").mkdir(parents=True, exist_ok=True)
+    (stage / ".staged-from").unlink(missing_ok=True)
+    wanted = {p.relative_to(package_dir) for p in package_dir.rglob("*.py")}
+    for rel in wanted:
+        _replace(package_dir / rel, stage / "rvv_attn" / rel)
+    for old in (stage / "rvv_attn").rglob("*.py"):
+        if old.relative_to(stage / "rvv_attn") not in wanted:
+            old.unlink()
+    _replace(tree.build / LIBRARY, stage / "rvv_attn" / LIBRARY)
+    return stage
+
+
+def _replace(source: Path, target: Path) -> None:
+    if target.exists() and target.stat().st_mtime_ns == source.stat().st_mtime_ns \
+            and target.stat().st_size == source.stat().st_size:
+        return
+    target.parent.mkdir(parents=True, exist_ok=True)
+    partial = target.with_name(target.name + ".partial")
+    shutil.copy2(source, partial)
+    partial.replace(target)
+
+
+VARIANTS_FILE = ".variants"
+
+
+def record_variants(stage: Path, variants: Sequence[Variant]) -> Path:
+    """Note in ``stage`` which variants its library holds (the emulated tests check it holds exactly those)."""
+    (stage / VARIANTS_FILE).write_text(",".join(["portable", *(v.name for v in variants)]) + "\n")
+    return stage
+
+
+def recorded_variants(stage: Path) -> str | None:
+    path = stage / VARIANTS_FILE
+    return path.read_text().strip() if path.exists() else None
+
+
+# Inputs of the wheel that ninja does not track (scikit-build-core copies them at packing time).
+PACKAGED_OUTSIDE_CMAKE = (PROJECT_ROOT / "python" / "rvv_attn", PROJECT_ROOT / "pyproject.toml")
+
+
+def is_current(tree: CrossTree, ninja: str) -> bool:
+    """True when ``tree``'s newest wheel is what building it now would produce (nothing to compile)."""
+    try:
+        wheel = newest_wheel(tree.wheels)
+    except FileNotFoundError:
+        return False
+    if not (tree.build / "build.ninja").exists():
+        return False
+    plan = subprocess.run([ninja, "-C", str(tree.build), "-n"], capture_output=True, text=True)
+    if plan.returncode != 0 or "no work to do" not in plan.stdout:
+        return False
+    inputs = [tree.build / "librvv_attn_ops.so"]
+    for path in PACKAGED_OUTSIDE_CMAKE:
+        inputs += [path] if path.is_file() else list(path.rglob("*"))
+    newest_input = max((p.stat().st_mtime for p in inputs if p.exists()), default=0.0)
+    return wheel.stat().st_mtime >= newest_input
+
+
+# ccache: compiling the same source with the same flags in another build tree
+# (a one-VLEN tree, the full tree, a fresh clone) is a cache hit. Paths under
+# the checkout are hashed relative to it, so clones and worktrees share hits.
+COMPILER_CACHE_PACKAGES: dict[str, str] = {"ccache": "/usr/bin/ccache"}
+
+
+def compiler_cache_env(project_root: Path = PROJECT_ROOT) -> dict[str, str]:
+    return {"CCACHE_DIR": str(cache_root() / "ccache"), "CCACHE_BASEDIR": str(project_root),
+            "CCACHE_MAXSIZE": "5G", "CCACHE_NOHASHDIR": "1"}
 
 
 # AddressSanitizer + UndefinedBehaviorSanitizer build of the portable kernels

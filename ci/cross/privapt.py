@@ -21,9 +21,11 @@ class PrivateApt:
     archive: str
     suite: str = "trixie"
     arch: str = "amd64"
+    # "deb" for binary packages, "deb-src" for source packages (`apt-get source`).
+    kind: str = "deb"
 
     def sources_line(self) -> str:
-        return f"deb [arch={self.arch} signed-by={KEYRING}] {self.archive} {self.suite} main"
+        return f"{self.kind} [arch={self.arch} signed-by={KEYRING}] {self.archive} {self.suite} main"
 
     def options(self) -> list[str]:
         r = self.root
@@ -65,6 +67,17 @@ class PrivateApt:
         if not debs:
             raise FileNotFoundError(f"apt-get download left no {package}_*.deb in {dest}")
         return debs[-1]
+
+    def download_source(self, package: str, version: str, dest: Path) -> Path:
+        """Download the source package ``package=version`` (.dsc and tarballs) into ``dest``; return the .dsc."""
+        dest.mkdir(parents=True, exist_ok=True)
+        run(["apt-get", *self.options(), "source", "--download-only", f"{package}={version}"], cwd=dest,
+            hint=f"the archive needs a deb-src index for {self.suite} that still carries {package} {version}")
+        upstream = version.split(":", 1)[-1]
+        dsc = dest / f"{package}_{upstream}.dsc"
+        if not dsc.exists():
+            raise FileNotFoundError(f"apt-get source left no {dsc.name} in {dest}")
+        return dsc
 
     def candidate_version(self, package: str) -> str:
         out = run(["apt-cache", *self.options(), "policy", package])

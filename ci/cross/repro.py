@@ -145,16 +145,31 @@ Runner = Callable[[Config, Path, Path], tuple[list[str], dict[str, str]]]
 
 
 def command_factory(host_python: str, qemu: Path, sysroot: Path, stage: Path, pytest_args: Sequence[str]) -> Runner:
-    """Commands for each configuration: the host venv's pytest, or the suite under QEMU."""
+    """Commands for each configuration: the host venv's pytest, or the suite under QEMU (warm target if running)."""
     from .testrun import emulated_pytest
+    from .warm import route
 
     def command_for(config: Config, junit: Path, out_dir: Path) -> tuple[list[str], dict[str, str]]:
         if config.vlen is None:
             env = {k: v for k, v in os.environ.items() if not k.startswith("RVV_ATTN_EXPECT")}
             return [host_python, "-m", "pytest", f"--junitxml={junit}", *pytest_args], env
-        return emulated_pytest(qemu, sysroot, stage, config.variant, pytest_args, junit, config.agnostic)
+        cmd, env = emulated_pytest(qemu, sysroot, stage, config.variant, pytest_args, junit, config.agnostic)
+        return route(cmd, env), env
 
     return command_for
+
+
+def warm_report(configs: Sequence[Config]) -> str:
+    """Which emulated configurations have a warm target running (the others start cold, ~24 s each)."""
+    from .warm import Target, ping
+
+    emulated = [c for c in configs if c.vlen is not None]
+    warm = [c.label for c in emulated if ping(Target(c.vlen, c.agnostic).socket_path()) is not None]  # type: ignore[arg-type]
+    cold = [c.label for c in emulated if c.label not in warm]
+    parts = [f"warm targets: {', '.join(warm)}" if warm else "no warm target running"]
+    if cold:
+        parts.append(f"cold starts: {', '.join(cold)} (nox -s warm -- --vlens=... --policies=all makes them warm)")
+    return "; ".join(parts)
 
 
 def run_matrix(configs: Sequence[Config], command_for: Runner, out_dir: Path, jobs: int = 0,

@@ -11,10 +11,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from .build import recorded_variants
 from .paths import BUILD_DIR, PROJECT_ROOT
 from .proc import log, quote
 from .runner import guest_command, guest_env
 from .vlens import Variant
+from .warm import route
 
 
 @dataclass(frozen=True)
@@ -24,17 +26,28 @@ class Outcome:
     errors: int = 0
     skipped: int = 0
     seconds: float = 0.0
+    deselected: int = 0  # as the suite's conftest records it (host_only under emulation, -k, ...)
+
+    @property
+    def collected(self) -> int:
+        return self.passed + self.failed + self.errors + self.skipped
 
     @property
     def ok(self) -> bool:
-        return self.failed == 0 and self.errors == 0
+        # A configuration that collected nothing proves nothing: a wrong path or
+        # an over-eager deselection must not look green.
+        return self.failed == 0 and self.errors == 0 and self.collected > 0
 
     def line(self) -> str:
+        if not self.collected:
+            return f"no tests collected ({self.deselected} deselected)"
         parts = [f"{self.passed} passed", f"{self.failed} failed"]
         if self.errors:
             parts.append(f"{self.errors} errors")
         if self.skipped:
             parts.append(f"{self.skipped} skipped")
+        if self.deselected:
+            parts.append(f"{self.deselected} deselected")
         return ", ".join(parts) + f" in {self.seconds:.0f} s"
 
 
@@ -42,7 +55,7 @@ def parse_junit(path: Path) -> Outcome:
     """Counts from pytest's JUnit XML (one <testsuite>, possibly under <testsuites>)."""
     root = ET.parse(path).getroot()
     suites = [root] if root.tag == "testsuite" else list(root.iter("testsuite"))
-    total = failed = errors = skipped = 0
+    total = failed = errors = skipped = deselected = 0
     seconds = 0.0
     for s in suites:
         total += int(s.get("tests", 0))
@@ -50,7 +63,10 @@ def parse_junit(path: Path) -> Outcome:
         errors += int(s.get("errors", 0))
         skipped += int(s.get("skipped", 0))
         seconds += float(s.get("time", 0.0))
-    return Outcome(total - failed - errors - skipped, failed, errors, skipped, seconds)
+        for prop in s.iter("property"):
+            if prop.get("name") == "deselected":
+                deselected += int(prop.get("value", 0))
+    return Outcome(total - failed - errors - skipped, failed, errors, skipped, seconds, deselected)
 
 
 def results_dir(name: str) -> Path:
@@ -70,7 +86,10 @@ def emulated_pytest(qemu: Path, sysroot: Path, stage: Path, variant: Variant, py
     cmd = guest_command(qemu, sysroot, variant, argv, agnostic_ones)
     tmp = BUILD_DIR / "tmp"
     tmp.mkdir(parents=True, exist_ok=True)
+    compiled = recorded_variants(stage)
     env = guest_env(stage, tmp, extra={
+        # What the staged library holds, when the session knows: a one-VLEN build has only portable + that VLEN.
+        **({"RVV_ATTN_EXPECT_COMPILED": compiled} if compiled else {}),
         "RVV_ATTN_EXPECT_VARIANT": variant.name,
         "RVV_ATTN_EXPECT_VLEN": str(variant.vlen),
         "RVV_ATTN_QEMU_CPU": variant.qemu_cpu(agnostic_ones),
@@ -88,7 +107,11 @@ def run_emulated_pytest(qemu: Path, sysroot: Path, stage: Path, variant: Variant
     junit = results_dir(label) / "junit.xml"
     junit.unlink(missing_ok=True)
     cmd, env = emulated_pytest(qemu, sysroot, stage, variant, pytest_args, junit, agnostic_ones)
-    log(f"running the suite under QEMU ({variant.qemu_cpu(agnostic_ones)}); importing torch alone takes ~20 s")
+    routed = route(cmd, env, report=log)
+    if routed == cmd:
+        log(f"running the suite under QEMU ({variant.qemu_cpu(agnostic_ones)}); importing torch alone takes ~20 s "
+            f"(a warm target skips that: nox -s warm -- --vlens={variant.vlen})")
+    cmd = routed
     log(quote(cmd))
     start = time.monotonic()
     returncode = subprocess.run(cmd, env=env, cwd=PROJECT_ROOT, stdin=subprocess.DEVNULL).returncode
@@ -112,7 +135,7 @@ def summary_table(since: float) -> list[str]:
         if data.get("finished", 0) < since:
             continue
         outcome = Outcome(**data["outcome"]) if data.get("outcome") else None
-        status = "ok  " if data["returncode"] == 0 else "FAIL"
+        status = "ok  " if data["returncode"] == 0 and outcome is not None and outcome.ok else "FAIL"
         text = outcome.line() if outcome else f"no report (exit code {data['returncode']})"
         where = f"  [{data['qemu_cpu']}]" if data.get("qemu_cpu") else ""
         rows.append(f"{status} {data['label']:<24} {text}{where}")

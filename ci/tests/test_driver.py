@@ -249,6 +249,26 @@ def test_junit_parsing(tmp_path):
     assert out.line() == "7 passed, 1 failed, 2 skipped in 4 s"
 
 
+def test_junit_deselected_count_is_read_from_the_suite_properties(tmp_path):
+    xml = tmp_path / "j.xml"
+    xml.write_text('<testsuites><testsuite tests="3" failures="0" errors="0" skipped="0" time="1"><properties>'
+                   '<property name="deselected" value="98"/></properties></testsuite></testsuites>')
+    out = testrun.parse_junit(xml)
+    assert (out.passed, out.deselected, out.ok) == (3, 98, True)
+    assert out.line() == "3 passed, 0 failed, 98 deselected in 1 s"
+
+
+def test_a_configuration_that_collected_no_tests_is_not_ok(tmp_path, monkeypatch):
+    xml = tmp_path / "j.xml"
+    xml.write_text('<testsuites><testsuite tests="0" failures="0" errors="0" skipped="0" time="0"><properties>'
+                   '<property name="deselected" value="5"/></properties></testsuite></testsuites>')
+    out = testrun.parse_junit(xml)
+    assert not out.ok and out.line() == "no tests collected (5 deselected)"
+    monkeypatch.setattr(testrun, "BUILD_DIR", tmp_path)
+    testrun.write_summary("test-empty", 0, out)
+    assert testrun.summary_table(0)[0].startswith("FAIL test-empty")
+
+
 def test_failed_command_reports_command_code_and_output():
     with pytest.raises(CommandFailed) as info:
         run(["sh", "-c", "echo some detail; exit 3"], hint="do this")

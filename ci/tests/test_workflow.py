@@ -26,8 +26,8 @@ def _actionlint() -> str:
     return found
 
 
-def test_actionlint_finds_nothing():
-    result = subprocess.run([_actionlint(), "-no-color", str(WORKFLOW)], capture_output=True, text=True, cwd=ROOT)
+def test_actionlint_finds_nothing_in_any_workflow():
+    result = subprocess.run([_actionlint(), "-no-color"], capture_output=True, text=True, cwd=ROOT)
     assert result.returncode == 0, result.stdout + result.stderr
 
 
@@ -72,20 +72,22 @@ def test_matrix_jobs_take_their_rows_from_the_matrix_job():
 
 def test_every_job_runs_nox_sessions_and_caches_by_the_manifests():
     jobs = _workflow()["jobs"]
-    key = "rvv-attn-${{ hashFiles('toolchains/sysroot.json', 'toolchains/qemu.lock.json', 'ci/cross/sysroot.py') }}"
+    manifests = "hashFiles('toolchains/sysroot.json', 'toolchains/qemu.lock.json', 'ci/cross/sysroot.py'"
     for name, job in jobs.items():
         runs = [s["run"] for s in job["steps"] if "run" in s]
         assert runs and runs[0].startswith("./ci/nox -s "), f"job {name} runs no nox session first: {runs}"
         for step in job["steps"]:
             if step.get("uses", "").startswith("actions/cache@"):
-                assert step["with"] == {"path": "~/.cache/rvv-attn", "key": key}, name
+                assert step["with"]["path"] == "~/.cache/rvv-attn", name
+                assert step["with"]["key"].startswith("rvv-attn-${{ " + manifests), name
 
 
 def test_release_job_publishes_only_on_version_tags_with_trusted_publishing():
     workflow = _workflow()
     job = workflow["jobs"]["release"]
     assert job["if"] == "github.event_name == 'push' && startsWith(github.ref, 'refs/tags/v')"
-    assert set(job["needs"]) == {"host", "emulated", "wheel", "no-vector", "install-test"}
+    # Every other job must have passed.
+    assert set(job["needs"]) == set(workflow["jobs"]) - {"release", "matrix"}
     assert job["permissions"] == {"id-token": "write", "contents": "write"}
     assert job["environment"]["name"] == "pypi"
     publish = [s for s in job["steps"] if s.get("uses", "").startswith("pypa/gh-action-pypi-publish@")]

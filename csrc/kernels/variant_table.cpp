@@ -1,6 +1,7 @@
 // The exported table of this variant's kernels; dispatch.cpp collects one
 // per compiled variant.
 #include "kernel_api.h"
+#include "kernels/vec.h"
 #include "variant.h"
 
 #define RVV_ATTN_STR2(x) #x
@@ -25,6 +26,7 @@ const rvv_attn::KernelTable& kernel_table() {
       &extend_arena_bytes,
       &extend_attention,
       &write_kv_int8,
+      static_cast<int64_t>(vec::kBlockN),
   };
   return table;
 }

@@ -182,10 +182,15 @@ void decode_attention_cpu(const at::Tensor& query, at::Tensor& k_buffer, at::Ten
                         attn_logits, req_to_token, req_pool_indices, seq_lens, sm_scale, logit_cap);
 }
 
+// Tokens per KV block of the active variant's decode (and int8 decode)
+// kernel: lets tests aim at each variant's own block boundaries.
+int64_t decode_attention_blocking() { return ops::kernels().decode_block_tokens; }
+
 }  // namespace
 }  // namespace rvv_attn
 
 TORCH_LIBRARY_FRAGMENT(rvv_attn, m) {
+  m.def("decode_attention_blocking() -> int", &rvv_attn::decode_attention_blocking);
   m.def(
       "decode_attention_cpu(Tensor query, Tensor(a!) k_buffer, Tensor(b!) v_buffer, Tensor(c!) output, "
       "Tensor key, Tensor value, Tensor loc, Tensor(d!) attn_logits, Tensor req_to_token, "

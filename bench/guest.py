@@ -1,0 +1,217 @@
+"""Benchmark cases, run inside the emulated riscv64 target under the insn_count plugin.
+
+Usage (by ci/cross/bench.py): python3 guest.py <cases.json> <variant>
+
+For each case it builds the inputs (fixed seeds, shuffled cache slots), warms
+the operator up once on a small shape of the same kind, then calls it once
+between a start and an end mark. The marks are lseek(2) on an impossible file
+descriptor that the plugin watches (bench/plugin/insn_count.c); the plugin
+writes each region's counts, split by the kernel library's address range,
+which this script announces first (read from /proc/self/maps). Region 0 is an
+empty pair of marks: what issuing the marks costs outside the library.
+One thread, so the count of a region is exact and repeatable.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+import time
+
+import torch
+
+import rvv_attn
+
+MARK_FD = -21078
+MARK_RANGE_LO, MARK_RANGE_HI, MARK_START, MARK_END = 0x5201, 0x5202, 0x5203, 0x5204
+EMPTY_REGION = 0
+STATIC_SCALE = 0.02
+# Every run uses caches of this many slots, whatever its cases, so a case sees
+# the same data (and addresses) in a full run as in a subset. Sequences of a
+# batch draw their slots independently from the first MAX_TOKENS (shared
+# slots, as with a shared prefix); the last MAX_BATCH slots are the decode
+# steps' new tokens, one per sequence. Filling a larger cache with random
+# numbers under QEMU costs a minute and measures nothing.
+MAX_TOKENS, MAX_BATCH = 4096, 64
+CACHE_SLOTS = MAX_TOKENS + MAX_BATCH
+OPS = rvv_attn.ops
+
+
+def mark(kind: int, value: int) -> None:
+    try:
+        os.lseek(MARK_FD, value, kind)
+    except OSError:
+        return  # EBADF, as intended: the call exists only for the plugin to see
+    raise RuntimeError(f"lseek on fd {MARK_FD} succeeded: the benchmark marks would be ambiguous")
+
+
+def library_text_range() -> tuple[int, int]:
+    """The executable mappings of the operator library, from this process's /proc/self/maps."""
+    lo, hi = None, None
+    with open("/proc/self/maps") as maps:
+        for line in maps:
+            fields = line.split()
+            if len(fields) >= 6 and fields[5].endswith("librvv_attn_ops.so") and "x" in fields[1]:
+                start, end = (int(x, 16) for x in fields[0].split("-"))
+                lo = start if lo is None else min(lo, start)
+                hi = end if hi is None else max(hi, end)
+    if lo is None:
+        raise RuntimeError("librvv_attn_ops.so has no executable mapping in /proc/self/maps")
+    return lo, hi
+
+
+class Caches:
+    """KV caches shared by the cases (one per storage dtype), as large as the largest case needs."""
+
+    def __init__(self, slots: int, heads_kv: int, head_dim: int, head_dim_v: int) -> None:
+        self.shape = (slots, heads_kv, head_dim, head_dim_v)
+        self._made: dict[str, tuple[torch.Tensor, ...]] = {}
+
+    def get(self, dtype: str) -> tuple[torch.Tensor, ...]:
+        if dtype not in self._made:
+            slots, hkv, d, dv = self.shape
+            g = torch.Generator().manual_seed(1)
+            if dtype == "bf16":
+                self._made[dtype] = (torch.randn(slots, hkv, d, generator=g).bfloat16(),
+                                     torch.randn(slots, hkv, dv, generator=g).bfloat16())
+            else:
+                k = torch.randint(-127, 128, (slots, hkv, d), generator=g, dtype=torch.int8)
+                v = torch.randint(-127, 128, (slots, hkv, dv), generator=g, dtype=torch.int8)
+                ks = torch.rand(slots, hkv, generator=g) * 0.02 + 0.01
+                vs = torch.rand(slots, hkv, generator=g) * 0.02 + 0.01
+                self._made[dtype] = (k, v, ks, vs)
+        return self._made[dtype]
+
+
+def _token_map(g: torch.Generator, batch: int, length: int, own_last: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """req_to_token rows of shuffled slots (pool rows in shuffled order too) and the pool indices.
+
+    ``own_last``: each sequence's last token gets a slot of its own (a decode step's new token).
+    """
+    if length > MAX_TOKENS or batch > MAX_BATCH:
+        raise ValueError(f"a case with B={batch}, {length} tokens exceeds MAX_TOKENS/MAX_BATCH")
+    rows = torch.randperm(batch + 2, generator=g)[:batch]
+    req_to_token = torch.zeros(batch + 2, length, dtype=torch.int64)
+    for b in range(batch):
+        req_to_token[rows[b]] = torch.randperm(MAX_TOKENS, generator=g)[:length]
+        if own_last:
+            req_to_token[rows[b], -1] = MAX_TOKENS + b
+    return req_to_token, rows.to(torch.int64)
+
+
+def decode_call(case: dict, caches: Caches):
+    b, s, h, hkv, d, dv = (case[k] for k in ("batch", "seq", "heads", "heads_kv", "head_dim", "head_dim_v"))
+    g = torch.Generator().manual_seed(2)
+    req_to_token, pools = _token_map(g, b, s, own_last=True)
+    query = torch.randn(b, h, d, generator=g).bfloat16()
+    key, value = torch.randn(b, hkv, d, generator=g).bfloat16(), torch.randn(b, hkv, dv, generator=g).bfloat16()
+    loc = req_to_token[pools, s - 1].clone()
+    kv = caches.get("bf16" if case["dtype"] == "bf16" else "int8")
+    if case["dtype"] == "bf16":
+        # The new token is what the cache already holds there: writing it changes nothing that a later
+        # case (or a subset run) reads.
+        key, value = kv[0][loc].clone(), kv[1][loc].clone()
+    seq_lens = torch.full((b,), s, dtype=torch.int64)
+    output = torch.empty(b, h, dv, dtype=torch.bfloat16)
+    logits = torch.empty(b, h, case["splits"], dv + 1)
+    sm_scale = 1.0 / math.sqrt(d)
+    if case["impl"] == "torch-sdpa":
+        k_buf, v_buf = kv
+
+        def native():
+            k_buf[loc], v_buf[loc] = key, value
+            for i in range(b):
+                idx = req_to_token[pools[i], :s]
+                k, v = k_buf[idx].transpose(0, 1), v_buf[idx].transpose(0, 1)
+                out = torch.nn.functional.scaled_dot_product_attention(
+                    query[i].unsqueeze(1), k, v, scale=sm_scale, enable_gqa=True)
+                output[i] = out.squeeze(1)
+        return native
+    if case["dtype"] == "bf16":
+        args = (query, *kv, output, key, value, loc, logits, req_to_token, pools, seq_lens, sm_scale, 0.0)
+        return lambda: OPS.decode_attention_cpu(*args)
+    scale = STATIC_SCALE if case["dtype"] == "int8-static" else float("nan")
+    args = (query, kv[0], kv[1], output, key, value, loc, logits, req_to_token, pools, seq_lens, sm_scale, 0.0,
+            kv[2], kv[3], scale, scale)
+    return lambda: OPS.decode_attention_int8_cpu(*args)
+
+
+def extend_call(case: dict, caches: Caches):
+    b, p, n, h, hkv, d, dv = (case[k] for k in ("batch", "prefix", "new", "heads", "heads_kv", "head_dim",
+                                                "head_dim_v"))
+    g = torch.Generator().manual_seed(3)
+    req_to_token, pools = _token_map(g, b, p + n, own_last=False)
+    q = torch.randn(b * n, h, d, generator=g).bfloat16()
+    k_new = torch.randn(b * n, hkv, d, generator=g).bfloat16()
+    v_new = torch.randn(b * n, hkv, dv, generator=g).bfloat16()
+    o = torch.empty(b * n, h, dv, dtype=torch.bfloat16)
+    seq_lens = torch.full((b,), p + n, dtype=torch.int64)
+    ext_lens = torch.full((b,), n, dtype=torch.int64)
+    starts = torch.arange(b, dtype=torch.int64) * n
+    sm_scale = 1.0 / math.sqrt(d)
+    kv = caches.get("bf16" if case["dtype"] == "bf16" else "int8")
+    if case["impl"] == "torch-sdpa":
+        k_buf, v_buf = kv
+        # New token i sees the prefix and new tokens 0..i.
+        allowed = torch.arange(p + n).unsqueeze(0) <= (p + torch.arange(n)).unsqueeze(1)
+
+        def native():
+            for i in range(b):
+                idx = req_to_token[pools[i], :p]
+                rows = slice(i * n, (i + 1) * n)
+                k = torch.cat([k_buf[idx], k_new[rows]]).transpose(0, 1)
+                v = torch.cat([v_buf[idx], v_new[rows]]).transpose(0, 1)
+                out = torch.nn.functional.scaled_dot_product_attention(
+                    q[rows].transpose(0, 1), k, v, attn_mask=allowed, scale=sm_scale, enable_gqa=True)
+                o[rows] = out.transpose(0, 1)
+        return native
+    common = (q, k_new, v_new, o, kv[0], kv[1], req_to_token, pools, seq_lens, ext_lens, starts, n, sm_scale, 0.0)
+    if case["dtype"] == "bf16":
+        return lambda: OPS.extend_attention_cpu(*common)
+    scale = STATIC_SCALE if case["dtype"] == "int8-static" else float("nan")
+    return lambda: OPS.extend_attention_int8_cpu(*common, kv[2], kv[3], scale, scale)
+
+
+def make_call(case: dict, caches: Caches):
+    return (decode_call if case["op"] == "decode" else extend_call)(case, caches)
+
+
+def warm_up_shape(case: dict) -> dict:
+    """A small case of the same operator, implementation and dtype: first-call work stays out of the count."""
+    return {**case, "batch": 1, "seq": 32, "prefix": 16, "new": 16}
+
+
+def main(cases_file: str, variant: str) -> None:
+    with open(cases_file) as f:
+        cases = json.load(f)
+    torch.set_num_threads(1)
+    rvv_attn.select_variant(variant)
+    active = rvv_attn.runtime_info()["active_variant"]
+    if active != variant:
+        raise RuntimeError(f"asked for variant {variant}, the library runs {active}")
+    first = cases[0]
+    caches = Caches(CACHE_SLOTS, first["heads_kv"], first["head_dim"], first["head_dim_v"])
+    lo, hi = library_text_range()
+    mark(MARK_RANGE_LO, lo)
+    mark(MARK_RANGE_HI, hi)
+    mark(MARK_START, EMPTY_REGION)
+    mark(MARK_END, EMPTY_REGION)
+    warmed: set[tuple[str, str, str]] = set()
+    for i, case in enumerate(cases, 1):
+        started = time.monotonic()
+        kind = (case["op"], case["impl"], case["dtype"])
+        if kind not in warmed:
+            make_call(warm_up_shape(case), caches)()
+            warmed.add(kind)
+        call = make_call(case, caches)
+        mark(MARK_START, case["label"])
+        call()
+        mark(MARK_END, case["label"])
+        print(f"[bench {variant}] [{i}/{len(cases)}] {case['id']}: {time.monotonic() - started:.1f} s",
+              file=sys.stderr, flush=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2])

@@ -1,0 +1,176 @@
+"""Unit tests of the benchmark driver and the plugin-QEMU recipe (no QEMU needed)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from cross import bench, plugin_qemu
+from cross.errors import ConfigError, CrossError
+from cross.privapt import PrivateApt
+from cross.qemu import QemuPin
+
+# ---- units and the lower bound ----------------------------------------------------------------------
+
+
+def test_units_of_work():
+    assert bench.Case("decode", "bf16", batch=8, seq=4096).units() == 8 * 4096 * 8
+    extend = bench.Case("extend", "bf16", prefix=1024, new=256)
+    # new token i sees 1024 + i + 1 keys
+    assert extend.pairs_per_sequence() == sum(1024 + i + 1 for i in range(256))
+    assert extend.units() == extend.pairs_per_sequence() * 32
+
+
+def test_decode_lower_bound_matches_the_hand_count():
+    # VLEN 256, bf16, D = Dv = 128, G = 4: K and V rows each 8 loads + 16 widening results, 4 heads x 128 FMAs
+    # for q.k and for p*v at 8 lanes.
+    assert bench.lower_bound(bench.Case("decode", "bf16", seq=4096), 256) == 8 + 16 + 8 + 16 + 64 + 64
+    assert bench.lower_bound(bench.Case("decode", "int8-static", seq=4096), 256) == 4 + 16 + 4 + 16 + 128
+
+
+def test_lower_bound_halves_with_each_doubling_of_vlen():
+    for case in (bench.Case("decode", "bf16", seq=1024), bench.Case("extend", "int8-dynamic", prefix=1024, new=256)):
+        bounds = [bench.lower_bound(case, v) for v in (128, 256, 512, 1024)]
+        assert all(a == pytest.approx(2 * b) for a, b in zip(bounds, bounds[1:]))
+
+
+def test_extend_lower_bound_is_the_fmas_plus_amortized_loads():
+    case = bench.Case("extend", "bf16", prefix=1024, new=256)
+    fmas = (128 + 128) / 8
+    bound = bench.lower_bound(case, 256)
+    assert fmas < bound < fmas + 0.2
+    assert bound == pytest.approx(32.073, abs=0.001)
+
+
+def test_full_matrix_covers_the_issue():
+    configs = bench.full_configs()
+    names = [c.name for c in configs]
+    assert names == ["portable", "torch-sdpa", "vlen128", "vlen256", "vlen512", "vlen1024"]
+    kernel = configs[2].cases
+    assert {(c.op, c.dtype) for c in kernel} == {(op, dt) for op in ("decode", "extend") for dt in bench.DTYPES}
+    assert {(c.batch, c.seq) for c in kernel if c.op == "decode"} == {(1, 1024), (1, 4096), (8, 1024), (8, 4096)}
+    assert {(c.prefix, c.new) for c in kernel if c.op == "extend"} == {(0, 256), (1024, 256)}
+    assert all(c.heads == 32 and c.heads_kv == 8 and c.head_dim == c.head_dim_v == 128 for c in kernel)
+    assert [c.id for c in configs[1].cases] == ["decode torch-sdpa bf16 B=1 seq=4096",
+                                                "extend torch-sdpa bf16 B=1 prefix=1024+256"]
+
+
+def test_check_subset_is_in_the_full_matrix():
+    full = {bench.row_key(c.name, case) for c in bench.full_configs() for case in c.cases}
+    check = [bench.row_key(c.name, case) for c in bench.check_configs() for case in c.cases]
+    assert len(check) == 2 and set(check) <= full
+
+
+# ---- plugin output --------------------------------------------------------------------------------
+
+COUNTS = {"scalar": 100, "vector_arith": 40, "vector_mem": 20, "vset": 10, "vector_arith_lmul1": 160,
+          "vector_mem_lmul1": 50}
+
+
+def _region(label: int, lib: dict, all_: dict, unknown: int = 0) -> str:
+    return json.dumps({"label": label, "vcpus": 1, "unknown_vtype": unknown, "all": all_, "lib": lib})
+
+
+def test_rows_take_library_counts_for_kernels_and_whole_region_less_marks_for_torch():
+    empty = {k: 0 for k in COUNTS} | {"scalar": 30}
+    whole = {k: v * 3 for k, v in COUNTS.items()}
+    text = "\n".join([_region(0, {k: 0 for k in COUNTS}, empty), _region(1, COUNTS, whole), _region(2, COUNTS, whole)])
+    kernel = bench.Case("decode", "bf16", seq=1024)
+    native = bench.Case("decode", "bf16", seq=1024, impl=bench.NATIVE)
+    rows = bench.rows_for(bench.Config("vlen256", 256, (kernel, native)), bench.parse_regions(text))
+    assert rows[0].counts == {"raw": 170, "scalar": 100, "vector": 70, "vector_lmul1": 220, "lmul1": 320, "vset": 10}
+    assert rows[0].per_unit["raw"] == round(170 / (1024 * 8), 3)
+    assert rows[0].lower_bound == 176
+    assert rows[1].counts["raw"] == 3 * 170 - 30 and rows[1].lower_bound is None
+
+
+def test_plugin_errors_and_missing_regions_fail_the_run():
+    with pytest.raises(CrossError, match="end mark without"):
+        bench.parse_regions('{"error": "end mark without a matching start mark", "value": 3}')
+    config = bench.Config("vlen256", 256, (bench.Case("decode", "bf16", seq=1024),))
+    with pytest.raises(CrossError, match="no count for decode bf16"):
+        bench.rows_for(config, {0: json.loads(_region(0, COUNTS, COUNTS))})
+    with pytest.raises(CrossError, match="before any vset"):
+        bench.rows_for(config, bench.parse_regions("\n".join([_region(0, COUNTS, COUNTS),
+                                                               _region(1, COUNTS, COUNTS, unknown=4)])))
+
+
+# ---- the guard ------------------------------------------------------------------------------------
+
+
+def _doc(**per_unit: float) -> dict:
+    figures = {f: 100.0 for f in bench.FIGURES} | per_unit
+    return {"rows": [{"key": "vlen256 | decode bf16 B=1 seq=1024", "per_unit": figures}]}
+
+
+def test_guard_fails_on_growth_over_two_percent_only():
+    base = _doc()
+    assert bench.compare(base, _doc(raw=102.0)) == ([], [], [])
+    regressions, _, _ = bench.compare(base, _doc(raw=102.1))
+    assert len(regressions) == 1 and "raw 100 -> 102.1" in regressions[0] and "2.1%" in regressions[0]
+    regressions, improvements, _ = bench.compare(base, _doc(scalar=50.0))
+    assert regressions == [] and "scalar 100 -> 50" in improvements[0]
+
+
+def test_guard_fails_on_a_figure_growing_from_zero_and_reports_rows_missing_from_the_baseline():
+    regressions, _, _ = bench.compare(_doc(vector=0.0), _doc(vector=0.5))
+    assert regressions and "vector 0 -> 0.5" in regressions[0]
+    assert bench.compare({"rows": []}, _doc()) == ([], [], ["vlen256 | decode bf16 B=1 seq=1024"])
+
+
+def test_posargs():
+    assert bench.parse_posargs([]) == bench.Options()
+    assert bench.parse_posargs(["--update-baseline", "--jobs=3"]) == bench.Options(True, 3)
+    assert bench.parse_posargs(["--only=decode, vlen128"]).only == ("decode", "vlen128")
+    for bad in (["--jobs=0"], ["--jobs=x"], ["--fast"], ["--only="]):
+        with pytest.raises(ConfigError):
+            bench.parse_posargs(bad)
+
+
+def test_readme_section_is_replaced_between_the_markers():
+    doc = {"meta": {}, "definitions": "", "rows": []}
+    text = f"intro\n{bench.README_START}\nold table\n{bench.README_END}\noutro\n"
+    new = bench.update_readme(text, doc)
+    assert new.startswith("intro\n") and new.endswith("\noutro\n") and "old table" not in new
+    with pytest.raises(ConfigError):
+        bench.update_readme("no markers", doc)
+
+
+def test_checked_in_baseline_covers_the_guard_and_only_known_rows():
+    baseline = bench.load_document(bench.BASELINE_FILE)
+    keys = {r["key"] for r in baseline["rows"]}
+    assert {bench.row_key(c.name, case) for c in bench.check_configs() for case in c.cases} <= keys
+    assert keys <= {bench.row_key(c.name, case) for c in bench.full_configs() for case in c.cases}
+
+
+# ---- plugin-capable QEMU recipe -----------------------------------------------------------------------
+
+
+def test_plugin_qemu_is_the_pinned_version_from_its_source_package():
+    pin = QemuPin.load()
+    assert plugin_qemu.upstream_version("1:10.0.13+ds-0+deb13u1") == "10.0.13"
+    cmd = plugin_qemu.configure_command(Path("/src"), Path("/py"), pin)
+    assert cmd[0] == "/src/configure" and "--python=/py" in cmd
+    assert {"--target-list=riscv64-linux-user", "--enable-plugins", "--disable-system"} <= set(cmd)
+    assert plugin_qemu.cache_dir(pin).name == pin.version.replace(":", "_")
+
+
+def test_source_apt_uses_a_deb_src_line():
+    apt = PrivateApt(Path("/c"), "http://mirror.example/debian", kind="deb-src")
+    assert apt.sources_line().startswith("deb-src [arch=amd64 signed-by=")
+    assert PrivateApt(Path("/c"), "http://m/debian").sources_line().startswith("deb [")
+
+
+def test_only_selects_rows_by_name_and_a_partial_update_replaces_just_those():
+    picked = bench.select(bench.full_configs(), ["vlen128 | decode int8"])
+    assert [c.name for c in picked] == ["vlen128"]
+    assert {c.id.split(" B=")[0] for c in picked[0].cases} == {"decode int8-static", "decode int8-dynamic"}
+    with pytest.raises(ConfigError, match="matches no benchmark row"):
+        bench.select(bench.full_configs(), ["no such row"])
+    baseline = {"meta": {"commit": "a"}, "rows": [{"key": "x", "v": 1}, {"key": "y", "v": 2}]}
+    run = {"meta": {"commit": "b", "date": "d"}, "rows": [{"key": "y", "v": 3}]}
+    merged = bench.merge_into(baseline, run)
+    assert merged["rows"] == [{"key": "x", "v": 1}, {"key": "y", "v": 3}]
+    assert merged["meta"]["commit"] == "a" and merged["meta"]["partial_update"]["commit"] == "b"
