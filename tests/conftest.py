@@ -122,15 +122,22 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if slow:
             config.hook.pytest_deselected(items=slow)
             items[:] = [item for item in items if "host_only" not in item.keywords]
-    if rvv_active():
+    if EXPECTED_VARIANT == "portable":
+        # The install test on a CPU without V: the portable build must be the
+        # active one; the RVV tests cannot run there and are reported skipped.
+        info = rvv_attn.runtime_info()
+        if info["active_variant"] != "portable" or info["cpu_vlen"] != 0:
+            raise pytest.UsageError(f"RVV_ATTN_EXPECT_VARIANT=portable (a CPU without V) but runtime_info() is {info}")
+    elif rvv_active():
         return
-    if EXPECTED_VARIANT:
+    elif EXPECTED_VARIANT:
         # An emulated session whose RVV variant is not active: make it loud.
         raise pytest.UsageError(
             f"RVV_ATTN_EXPECT_VARIANT={EXPECTED_VARIANT} but the active variant is "
             f"{rvv_attn.runtime_info()['active_variant']}: the RVV build is missing or was not selected"
         )
-    skip = pytest.mark.skip(reason="needs an RVV build at the CPU's VLEN: run `nox -s test-vlen256` (or another VLEN)")
+    skip = pytest.mark.skip(reason="needs an RVV build at the CPU's VLEN: run `nox -s test-vlen256` (or another VLEN)"
+                            if not EXPECTED_VARIANT else "this CPU has no V extension")
     for item in items:
         if "rvv" in item.keywords:
             item.add_marker(skip)

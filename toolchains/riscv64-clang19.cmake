@@ -10,7 +10,7 @@ if(NOT RVV_ATTN_SYSROOT AND DEFINED ENV{RVV_ATTN_SYSROOT})
 endif()
 if(NOT RVV_ATTN_SYSROOT OR NOT EXISTS "${RVV_ATTN_SYSROOT}/usr/include/torch/library.h")
   message(FATAL_ERROR "RVV_ATTN_SYSROOT ('${RVV_ATTN_SYSROOT}') is not a riscv64 sysroot with PyTorch; "
-                      "run `nox -s sysroot` and pass the path it prints")
+                      "run `./ci/nox -s setup`, which builds it and prints its path, and pass that path")
 endif()
 # try_compile projects get the sysroot too.
 list(APPEND CMAKE_TRY_COMPILE_PLATFORM_VARIABLES RVV_ATTN_SYSROOT)
@@ -23,6 +23,9 @@ set(CMAKE_CXX_COMPILER_TARGET riscv64-linux-gnu)
 set(CMAKE_EXE_LINKER_FLAGS_INIT "-fuse-ld=lld")
 set(CMAKE_SHARED_LINKER_FLAGS_INIT "-fuse-ld=lld")
 set(CMAKE_MODULE_LINKER_FLAGS_INIT "-fuse-ld=lld")
+# Stripping on install (the release wheel) needs a strip that reads riscv64
+# ELF; the host's binutils strip only knows its own architecture.
+find_program(CMAKE_STRIP NAMES llvm-strip-19 llvm-strip REQUIRED)
 
 # Find the target's libraries and TorchConfig.cmake in the sysroot, never the
 # host's; run host programs from the host.

