@@ -113,6 +113,7 @@ def cross_tree(only: Sequence[Variant] | None = None, build_dir: Path = BUILD_DI
 
 PACKAGE_DIR = PROJECT_ROOT / "python" / "rvv_attn"
 LIBRARY = "librvv_attn_ops.so"
+BUILD_GENERATED = ("_build_info.py",)
 
 
 def stage_tree(tree: CrossTree, package_dir: Path = PACKAGE_DIR) -> Path:
@@ -126,9 +127,12 @@ def stage_tree(tree: CrossTree, package_dir: Path = PACKAGE_DIR) -> Path:
     stage = tree.stage
     (stage / "rvv_attn").mkdir(parents=True, exist_ok=True)
     (stage / ".staged-from").unlink(missing_ok=True)
-    wanted = {p.relative_to(package_dir) for p in package_dir.rglob("*.py")}
-    for rel in wanted:
-        _replace(package_dir / rel, stage / "rvv_attn" / rel)
+    sources = {p.relative_to(package_dir): p for p in package_dir.rglob("*.py")}
+    # Python files CMake generates into the tree (the torch version built against).
+    sources.update({Path(name): tree.build / name for name in BUILD_GENERATED if (tree.build / name).exists()})
+    wanted = set(sources)
+    for rel, source in sources.items():
+        _replace(source, stage / "rvv_attn" / rel)
     for old in (stage / "rvv_attn").rglob("*.py"):
         if old.relative_to(stage / "rvv_attn") not in wanted:
             old.unlink()
