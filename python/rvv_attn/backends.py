@@ -74,6 +74,15 @@ def _int8_scales(pool: KVPool) -> tuple[float, float]:
     return pool.scales.k_scale, pool.scales.v_scale
 
 
+def _call_int8(op, args, pool, layer, batch, save_kv_cache: bool) -> None:
+    """An int8 operator with the layer's scale buffers and scales; the batch's cache rows restored afterwards
+    when the cache must not keep them (the int8 operators always store their new tokens)."""
+    restore = contextlib.nullcontext() if save_kv_cache else _cache_rows_restored(pool, layer.layer_id,
+                                                                                  batch.out_cache_loc)
+    with restore:
+        op(*args, pool.k_scale_buffers[layer.layer_id], pool.v_scale_buffers[layer.layer_id], *_int8_scales(pool))
+
+
 @contextlib.contextmanager
 def _cache_rows_restored(pool: KVPool, layer_id: int, slots: torch.Tensor) -> Iterator[None]:
     """Put back, after the block, what ``slots`` of one layer held before it.
@@ -144,11 +153,7 @@ class RVVAttnBackend(AttentionBackend):
                 batch.seq_lens, batch.extend_seq_lens, batch.extend_start_loc, batch.max_len_extend,
                 layer.scaling, layer.logit_cap)
         if pool.is_int8:
-            restore = contextlib.nullcontext() if save_kv_cache else _cache_rows_restored(
-                pool, layer.layer_id, batch.out_cache_loc)
-            with restore:
-                self.ops.extend_attention_int8_cpu(*args, pool.k_scale_buffers[layer.layer_id],
-                                                   pool.v_scale_buffers[layer.layer_id], *_int8_scales(pool))
+            _call_int8(self.ops.extend_attention_int8_cpu, args, pool, layer, batch, save_kv_cache)
         else:
             if save_kv_cache:
                 self.ops.decode_set_kv_buffer(k_buffer, v_buffer, k, v, batch.out_cache_loc)
@@ -170,11 +175,7 @@ class RVVAttnBackend(AttentionBackend):
         args = (q, k_buffer, v_buffer, out, k, v, batch.out_cache_loc, meta.attn_logits, req_to_token,
                 batch.req_pool_indices, batch.seq_lens, layer.scaling, layer.logit_cap)
         if pool.is_int8:
-            restore = contextlib.nullcontext() if save_kv_cache else _cache_rows_restored(
-                pool, layer.layer_id, batch.out_cache_loc)
-            with restore:
-                self.ops.decode_attention_int8_cpu(*args, pool.k_scale_buffers[layer.layer_id],
-                                                   pool.v_scale_buffers[layer.layer_id], *_int8_scales(pool))
+            _call_int8(self.ops.decode_attention_int8_cpu, args, pool, layer, batch, save_kv_cache)
         else:
             self.ops.decode_attention_cpu(*args)
         return out.view(q.shape[0], -1)
