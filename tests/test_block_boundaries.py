@@ -54,6 +54,10 @@ def test_int8_decode_lengths_around_the_kv_block(kernel_variant, mode, splits, h
     k_scale, v_scale = SCALE_MODES[mode]
     t = int8_decode(edges(decode_block()), 2, 1, head_dim, head_dim, torch.float32, k_scale, v_scale, splits=splits,
                     magnitudes=True, seed=head_dim + splits)
+    # sm_scale 0.5/sqrt(D) instead of make_case's 2/sqrt(D), for the reason given at the extend test below:
+    # a dynamic K scale adds one rounding of |score| * 2**-24 per score, inside the float32 atol only while
+    # scores stay below ~10 (measured 6.2e-6 > 5e-6 at VLEN 512, D = 256, dynK-dynV, with 2/sqrt(D)).
+    t.case.sm_scale = 0.5 / math.sqrt(head_dim)
     t.check()
 
 
