@@ -114,6 +114,9 @@ def cross_tree(only: Sequence[Variant] | None = None, build_dir: Path = BUILD_DI
 PACKAGE_DIR = PROJECT_ROOT / "python" / "rvv_attn"
 LIBRARY = "librvv_attn_ops.so"
 BUILD_GENERATED = ("_build_info.py",)
+# Written by the wheel build itself (setuptools-scm, from git), never into the tree:
+# staged from the tree's wheel, whose dist-info the stage also holds.
+WHEEL_GENERATED = ("_version.py",)
 
 
 def stage_tree(tree: CrossTree, package_dir: Path = PACKAGE_DIR) -> Path:
@@ -130,14 +133,28 @@ def stage_tree(tree: CrossTree, package_dir: Path = PACKAGE_DIR) -> Path:
     sources = {p.relative_to(package_dir): p for p in package_dir.rglob("*.py")}
     # Python files CMake generates into the tree (the torch version built against).
     sources.update({Path(name): tree.build / name for name in BUILD_GENERATED if (tree.build / name).exists()})
-    wanted = set(sources)
+    wanted = set(sources) | {Path(name) for name in WHEEL_GENERATED}
     for rel, source in sources.items():
         _replace(source, stage / "rvv_attn" / rel)
+    _restore_wheel_generated(tree, stage)
     for old in (stage / "rvv_attn").rglob("*.py"):
         if old.relative_to(stage / "rvv_attn") not in wanted:
             old.unlink()
     _replace(tree.build / LIBRARY, stage / "rvv_attn" / LIBRARY)
     return stage
+
+
+def _restore_wheel_generated(tree: CrossTree, stage: Path) -> None:
+    try:
+        wheel = newest_wheel(tree.wheels)
+    except FileNotFoundError:
+        return
+    with zipfile.ZipFile(wheel) as zf:
+        for name in WHEEL_GENERATED:
+            target = stage / "rvv_attn" / name
+            data = zf.read(f"rvv_attn/{name}")
+            if not target.exists() or target.read_bytes() != data:
+                target.write_bytes(data)
 
 
 def _replace(source: Path, target: Path) -> None:
