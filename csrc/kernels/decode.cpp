@@ -23,6 +23,7 @@
 //
 // One template over the dtype; vec.h supplies the per-dtype loads/stores
 // and the RVV or portable operations, so every variant runs this code.
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -54,35 +55,39 @@ inline float* logits_row(const DecodeParams& p, int64_t b, int64_t h, int64_t s)
   return p.attn_logits + b * p.logits_stride_b + h * p.logits_stride_h + s * p.logits_stride_s;
 }
 
+// Heads whose scores (and P.V accumulators) are computed together, sharing
+// each K word and V row segment they load: with LMUL-4 registers, 4 score
+// vectors + a gathered word + a widened column + 32-bit offsets fill 28 of the
+// 32 vector registers. A group of G heads runs in passes of up to 4.
+constexpr int64_t kPassHeads = 4;
+
 // Per-worker scratch, carved out of one allocation.
 struct Scratch {
-  float* q;       // [G][D] query rows, float32, pre-scaled by sm_scale
+  float* q;       // [G][D] query rows * q_scale; the pass of nh heads from g0 as [D][nh] at q + g0 * D
   float* acc;     // [G][Dv] unnormalized output
-  float* probs;   // [G][kBlockN] exp(score - m) of the current block
-  float* k_pack;  // [D][kBlockN] the block's K rows, transposed
-  float* v_pack;  // [kBlockN][Dv] the block's V rows
+  float* scores;  // [kPassHeads][kBlockN] the current pass's block scores
+  float* probs;   // [kBlockN][G] exp(score - m) of the current block, token-major
   float* m;       // [G] running max
   float* l;       // [G] running sum
   float* alpha;   // [G] rescale factor of the current block
-  int64_t* v_off; // [kBlockN] byte offsets of the block's V rows
+  int64_t* rows;  // [kBlockN] addresses of the block's V row segments
 
   static size_t floats(const DecodeParams& p) {
     const size_t g = static_cast<size_t>(p.heads / p.heads_kv);
     const size_t d = static_cast<size_t>(p.head_dim), dv = static_cast<size_t>(p.head_dim_v);
-    return g * (d + dv + kBlockN + 3) + kBlockN * (d + dv);
+    return g * (d + dv + kBlockN + 3) + kPassHeads * kBlockN;
   }
   bool allocate(const DecodeParams& p) {
     const size_t g = static_cast<size_t>(p.heads / p.heads_kv);
     const size_t d = static_cast<size_t>(p.head_dim), dv = static_cast<size_t>(p.head_dim_v);
     base = static_cast<float*>(std::malloc(floats(p) * sizeof(float) + kBlockN * sizeof(int64_t)));
     if (base == nullptr) return false;
-    v_off = reinterpret_cast<int64_t*>(base);  // first, so it is 8-byte aligned
+    rows = reinterpret_cast<int64_t*>(base);  // first, so it is 8-byte aligned
     q = base + 2 * kBlockN;
     acc = q + g * d;
-    probs = acc + g * dv;
-    k_pack = probs + g * kBlockN;
-    v_pack = k_pack + kBlockN * d;
-    m = v_pack + kBlockN * dv;
+    scores = acc + g * dv;
+    probs = scores + kPassHeads * kBlockN;
+    m = probs + g * kBlockN;
     l = m + g;
     alpha = l + g;
     return true;
@@ -91,12 +96,106 @@ struct Scratch {
   float* base = nullptr;
 };
 
+// s_h += w[h] * x for the NH heads of a pass (NH <= kPassHeads).
+template <int NH>
+inline void fma_heads(VF& s0, VF& s1, VF& s2, VF& s3, const float* w, VF x, size_t vl) {
+  s0 = vec::fmacc_ta(s0, w[0], x, vl);
+  if constexpr (NH > 1) s1 = vec::fmacc_ta(s1, w[1], x, vl);
+  if constexpr (NH > 2) s2 = vec::fmacc_ta(s2, w[2], x, vl);
+  if constexpr (NH > 3) s3 = vec::fmacc_ta(s3, w[3], x, vl);
+}
+
+template <int NH>
+inline void store_heads(float* out, size_t stride, VF s0, VF s1, VF s2, VF s3, size_t vl) {
+  vec::store(out, s0, vl);
+  if constexpr (NH > 1) vec::store(out + stride, s1, vl);
+  if constexpr (NH > 2) vec::store(out + 2 * stride, s2, vl);
+  if constexpr (NH > 3) vec::store(out + 3 * stride, s3, vl);
+}
+
 template <DType T, bool Q8>
 struct Decode {
   using Tr = vec::Traits<T>;
   using Elem = typename Tr::Elem;
   using KvTr = vec::CacheTraits<T, Q8>;  // the cache's elements: Tr, or int8
   using KvElem = typename KvTr::Elem;
+  using Words = vec::KvWords<T, Q8>;
+  static constexpr int64_t kCols = Words::kCols;
+
+  // Scores of a block for the NH heads of a pass, over the first
+  // words * kCols columns, K read as 32-bit words (4-byte aligned rows):
+  // out[h][i] = sum_d q[d][h] * K[token i][d]. q is the pass's [D][NH] table.
+  template <int NH, typename Idx>
+  static void scores_by_words(const char* k_rows, Idx off, int64_t words, const float* q, size_t n, float* out) {
+    VF s0 = vec::zeros(), s1 = vec::zeros(), s2 = vec::zeros(), s3 = vec::zeros();
+    for (int64_t j = 0; j < words; ++j, k_rows += 4, q += kCols * NH) {
+      const vec::VW w = vec::gather_words(k_rows, off, n);
+      fma_heads<NH>(s0, s1, s2, s3, q, Words::template col<0>(w, n), n);
+      if constexpr (kCols > 1) fma_heads<NH>(s0, s1, s2, s3, q + NH, Words::template col<1>(w, n), n);
+      if constexpr (kCols > 2) fma_heads<NH>(s0, s1, s2, s3, q + 2 * NH, Words::template col<2>(w, n), n);
+      if constexpr (kCols > 3) fma_heads<NH>(s0, s1, s2, s3, q + 3 * NH, Words::template col<3>(w, n), n);
+    }
+    store_heads<NH>(out, kBlockN, s0, s1, s2, s3, n);
+  }
+
+  // Adds columns [d0, D) one gathered column at a time (a K row not 4-byte
+  // aligned, or the columns after the last whole word).
+  template <int NH>
+  static void scores_by_columns(const KvElem* k_rows, vec::VIdx off, int64_t d0, int64_t d_k, const float* q,
+                                size_t n, float* out) {
+    VF s0 = vec::load(out, n), s1 = s0, s2 = s0, s3 = s0;
+    if constexpr (NH > 1) s1 = vec::load(out + kBlockN, n);
+    if constexpr (NH > 2) s2 = vec::load(out + 2 * kBlockN, n);
+    if constexpr (NH > 3) s3 = vec::load(out + 3 * kBlockN, n);
+    for (int64_t d = d0; d < d_k; ++d) fma_heads<NH>(s0, s1, s2, s3, q + d * NH, KvTr::gather(k_rows + d, off, n), n);
+    store_heads<NH>(out, kBlockN, s0, s1, s2, s3, n);
+  }
+
+  // acc_h = acc_h * alpha_h + sum_i probs[i][h] * V[token i][c : c + vl) for
+  // the NH heads of a pass; rows[i] addresses V[token i][c]. acc is the
+  // pass's first head's chunk, probs and alpha start at the pass's head.
+  template <int NH>
+  static void accumulate_pv(const int64_t* rows, const float* probs, int64_t group, size_t n, float* acc,
+                            int64_t d_v, const float* alpha, size_t vl) {
+    VF a0 = vec::mul(vec::load(acc, vl), alpha[0], vl), a1 = a0, a2 = a0, a3 = a0;
+    if constexpr (NH > 1) a1 = vec::mul(vec::load(acc + d_v, vl), alpha[1], vl);
+    if constexpr (NH > 2) a2 = vec::mul(vec::load(acc + 2 * d_v, vl), alpha[2], vl);
+    if constexpr (NH > 3) a3 = vec::mul(vec::load(acc + 3 * d_v, vl), alpha[3], vl);
+    for (size_t i = 0; i < n; ++i, probs += group) {
+      const VF v = Words::load(reinterpret_cast<const KvElem*>(static_cast<uintptr_t>(rows[i])), vl);
+      fma_heads<NH>(a0, a1, a2, a3, probs, v, vl);
+    }
+    store_heads<NH>(acc, static_cast<size_t>(d_v), a0, a1, a2, a3, vl);
+  }
+
+  template <typename Idx>
+  static void pass_scores(int64_t nh, const char* k_rows, Idx off, int64_t words, const float* q, size_t n,
+                          float* out) {
+    switch (nh) {
+      case 1: return scores_by_words<1>(k_rows, off, words, q, n, out);
+      case 2: return scores_by_words<2>(k_rows, off, words, q, n, out);
+      case 3: return scores_by_words<3>(k_rows, off, words, q, n, out);
+      default: return scores_by_words<4>(k_rows, off, words, q, n, out);
+    }
+  }
+  static void pass_scores_tail(int64_t nh, const KvElem* k_rows, vec::VIdx off, int64_t d0, int64_t d_k,
+                               const float* q, size_t n, float* out) {
+    switch (nh) {
+      case 1: return scores_by_columns<1>(k_rows, off, d0, d_k, q, n, out);
+      case 2: return scores_by_columns<2>(k_rows, off, d0, d_k, q, n, out);
+      case 3: return scores_by_columns<3>(k_rows, off, d0, d_k, q, n, out);
+      default: return scores_by_columns<4>(k_rows, off, d0, d_k, q, n, out);
+    }
+  }
+  static void pass_pv(int64_t nh, const int64_t* rows, const float* probs, int64_t group, size_t n, float* acc,
+                      int64_t d_v, const float* alpha, size_t vl) {
+    switch (nh) {
+      case 1: return accumulate_pv<1>(rows, probs, group, n, acc, d_v, alpha, vl);
+      case 2: return accumulate_pv<2>(rows, probs, group, n, acc, d_v, alpha, vl);
+      case 3: return accumulate_pv<3>(rows, probs, group, n, acc, d_v, alpha, vl);
+      default: return accumulate_pv<4>(rows, probs, group, n, acc, d_v, alpha, vl);
+    }
+  }
 
   // Pass 1 for work item (b, kv head hk, split s).
   static void split(const DecodeParams& p, Scratch& sc, int64_t item) {
@@ -123,9 +222,11 @@ struct Decode {
     const float q_scale = fold.q_scale, out_scale = fold.out_scale;
     for (int64_t g = 0; g < group; ++g) {
       const Elem* q = static_cast<const Elem*>(p.query) + b * p.query_stride_b + (h0 + g) * p.query_stride_h;
+      const int64_t g0 = g / kPassHeads * kPassHeads, nh = std::min(kPassHeads, group - g0);
+      float* q_t = sc.q + g0 * d_k + (g - g0);  // column d of head g at q_t[d * nh]
       for (int64_t c = 0; c < d_k;) {
         const size_t vl = vec::setvl(static_cast<size_t>(d_k - c));
-        vec::store(sc.q + g * d_k + c, vec::mul(Tr::load(q + c, vl), q_scale, vl), vl);
+        vec::store_strided(q_t + c * nh, nh * 4, vec::mul(Tr::load(q + c, vl), q_scale, vl), vl);
         c += static_cast<int64_t>(vl);
       }
       sc.m[g] = kNegInf;
@@ -134,76 +235,81 @@ struct Decode {
     std::memset(sc.acc, 0, static_cast<size_t>(group * d_v) * sizeof(float));
 
     const int64_t esz = static_cast<int64_t>(sizeof(KvElem));
-    const char* map_row = static_cast<const char*>(p.req_to_token) +
-                          p.req_pool_indices[b] * p.req_to_token_stride * (p.req_to_token_is_int64 ? 8 : 4);
-    const KvElem* k_base = static_cast<const KvElem*>(p.k_buffer);
-    const char* v_base = static_cast<const char*>(p.v_buffer);
+    const bool map64 = p.req_to_token_is_int64;
+    const char* map_row = static_cast<const char*>(p.req_to_token) + p.req_pool_indices[b] * p.req_to_token_stride * (map64 ? 8 : 4);
+    const char* k_rows = static_cast<const char*>(p.k_buffer) + hk * p.k_stride_h * esz;
+    const char* v_rows = static_cast<const char*>(p.v_buffer) + hk * p.v_stride_h * esz;
+    // K as 32-bit words needs every row 4-byte aligned; otherwise all columns go one by one.
+    const bool aligned = reinterpret_cast<uintptr_t>(k_rows) % 4 == 0 && (p.k_stride_t * esz) % 4 == 0;
+    const int64_t words = aligned ? d_k / kCols : 0;
 
     for (int64_t t0 = begin; t0 < end; t0 += static_cast<int64_t>(kBlockN)) {
       const size_t n = vec::setvl(static_cast<size_t>(end - t0));  // end - t0 >= kBlockN gives kBlockN
-      const void* slots = map_row + t0 * (p.req_to_token_is_int64 ? 8 : 4);
-
-      // Pack: K gathered column by column into a [D][kBlockN] panel, V row by row.
-      const vec::VIdx k_off =
-          vec::row_offsets(slots, p.req_to_token_is_int64, p.k_stride_t * esz, hk * p.k_stride_h * esz, n);
-      for (int64_t d = 0; d < d_k; ++d) vec::store(sc.k_pack + d * kBlockN, KvTr::gather(k_base + d, k_off, n), n);
-      vec::store_offsets(
-          sc.v_off, vec::row_offsets(slots, p.req_to_token_is_int64, p.v_stride_t * esz, hk * p.v_stride_h * esz, n),
-          n);
-      for (size_t i = 0; i < n; ++i) {
-        const KvElem* v = reinterpret_cast<const KvElem*>(v_base + sc.v_off[i]);
-        for (int64_t c = 0; c < d_v;) {
-          const size_t vl = vec::setvl(static_cast<size_t>(d_v - c));
-          vec::store(sc.v_pack + i * d_v + c, KvTr::load(v + c, vl), vl);
-          c += static_cast<int64_t>(vl);
-        }
-      }
+      const void* slots = map_row + t0 * (map64 ? 8 : 4);
 
       // Pre-gather the block's per-token scales (dynamic mode).
       VF k_scales = vec::zeros(), v_scales = vec::zeros();
       if (k_dyn) {
         k_scales = vec::Traits<DType::Float32>::gather(
             p.scales.k_scale_buf,
-            vec::row_offsets(slots, p.req_to_token_is_int64, p.scales.k_scale_stride_t * 4, hk * p.scales.k_scale_stride_h * 4, n),
-            n);
+            vec::row_offsets(slots, map64, p.scales.k_scale_stride_t * 4, hk * p.scales.k_scale_stride_h * 4, n), n);
       }
       if (v_dyn) {
         v_scales = vec::Traits<DType::Float32>::gather(
             p.scales.v_scale_buf,
-            vec::row_offsets(slots, p.req_to_token_is_int64, p.scales.v_scale_stride_t * 4, hk * p.scales.v_scale_stride_h * 4, n),
-            n);
+            vec::row_offsets(slots, map64, p.scales.v_scale_stride_t * 4, hk * p.scales.v_scale_stride_h * 4, n), n);
       }
 
-      // Scores and the online-softmax update, head by head.
-      for (int64_t g = 0; g < group; ++g) {
-        const float* q = sc.q + g * d_k;
-        VF score = vec::zeros();
-        for (int64_t d = 0; d < d_k; ++d) score = vec::fmacc(score, q[d], vec::load(sc.k_pack + d * kBlockN, n), n);
-        if (k_dyn) score = vec::mul(score, k_scales, n);
-        if (p.logit_cap > 0.0f) score = vec::softcap(score, p.logit_cap, n);
-        const float m_old = sc.m[g];
-        const float block_max = vec::reduce_max(score, n);
-        const float m_new = block_max > m_old ? block_max : m_old;
-        const VF prob = vec::exp(vec::sub(score, m_new, n), n);
-        // m_old = -inf on the first block: nothing accumulated yet to rescale.
-        const float alpha = m_old == kNegInf ? 0.0f : vec::exp_scalar(m_old - m_new);
-        sc.l[g] = sc.l[g] * alpha + vec::reduce_sum(prob, n);
-        sc.m[g] = m_new;
-        sc.alpha[g] = alpha;
-        vec::store(sc.probs + g * kBlockN, v_dyn ? vec::mul(prob, v_scales, n) : prob, n);
-      }
-
-      // acc = acc * alpha + P . V_panel
-      for (int64_t g = 0; g < group; ++g) {
-        const float* prob = sc.probs + g * kBlockN;
-        float* acc = sc.acc + g * d_v;
-        for (int64_t c = 0; c < d_v;) {
-          const size_t vl = vec::setvl(static_cast<size_t>(d_v - c));
-          VF a = vec::mul(vec::load(acc + c, vl), sc.alpha[g], vl);
-          for (size_t i = 0; i < n; ++i) a = vec::fmacc(a, prob[i], vec::load(sc.v_pack + i * d_v + c, vl), vl);
-          vec::store(acc + c, a, vl);
-          c += static_cast<int64_t>(vl);
+      // Scores of each pass of heads (each K word gathered once per pass),
+      // then the online-softmax update head by head.
+      for (int64_t g0 = 0; g0 < group; g0 += kPassHeads) {
+        const int64_t nh = std::min(kPassHeads, group - g0);
+        const float* q = sc.q + g0 * d_k;
+        const vec::VIdx k_off = vec::row_offsets(slots, map64, p.k_stride_t * esz, 0, n);
+        if (words > 0) {
+          if (vec::fits_u32(k_off, n)) {
+            pass_scores(nh, k_rows, vec::narrow_offsets(k_off, n), words, q, n, sc.scores);
+          } else {
+            pass_scores(nh, k_rows, k_off, words, q, n, sc.scores);
+          }
+        } else {
+          for (int64_t h = 0; h < nh; ++h) vec::store(sc.scores + h * kBlockN, vec::zeros(), n);
         }
+        if (words * kCols < d_k) {
+          pass_scores_tail(nh, reinterpret_cast<const KvElem*>(k_rows), vec::row_offsets(slots, map64, p.k_stride_t * esz, 0, n),
+                           words * kCols, d_k, q, n, sc.scores);
+        }
+        for (int64_t h = 0; h < nh; ++h) {
+          const int64_t g = g0 + h;
+          VF score = vec::load(sc.scores + h * kBlockN, n);
+          if (k_dyn) score = vec::mul(score, k_scales, n);
+          if (p.logit_cap > 0.0f) score = vec::softcap(score, p.logit_cap, n);
+          const float m_old = sc.m[g];
+          const float block_max = vec::reduce_max(score, n);
+          const float m_new = block_max > m_old ? block_max : m_old;
+          const VF prob = vec::exp(vec::sub(score, m_new, n), n);
+          // m_old = -inf on the first block: nothing accumulated yet to rescale.
+          const float alpha = m_old == kNegInf ? 0.0f : vec::exp_scalar(m_old - m_new);
+          sc.l[g] = sc.l[g] * alpha + vec::reduce_sum(prob, n);
+          sc.m[g] = m_new;
+          sc.alpha[g] = alpha;
+          vec::store_strided(sc.probs + g, group * 4, v_dyn ? vec::mul(prob, v_scales, n) : prob, n);
+        }
+      }
+
+      // acc = acc * alpha + P . V, V read straight from the cache rows: per
+      // chunk of Dv the block's row addresses, then each pass of heads.
+      for (int64_t c = 0; c < d_v;) {
+        const size_t vl = vec::setvl(static_cast<size_t>(d_v - c));
+        vec::store_offsets(sc.rows,
+                           vec::row_offsets(slots, map64, p.v_stride_t * esz,
+                                            static_cast<int64_t>(reinterpret_cast<uintptr_t>(v_rows + c * esz)), n),
+                           n);
+        for (int64_t g0 = 0; g0 < group; g0 += kPassHeads) {
+          pass_pv(std::min(kPassHeads, group - g0), sc.rows, sc.probs + g0, group, n, sc.acc + g0 * d_v + c, d_v,
+                  sc.alpha + g0, vl);
+        }
+        c += static_cast<int64_t>(vl);
       }
     }
 
