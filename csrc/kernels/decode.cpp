@@ -2,24 +2,33 @@
 //
 // Pass 1, one work item per (sequence, KV head, split): the G = H / H_kv
 // query heads sharing the KV head walk the split's tokens in blocks of
-// vec::kBlockN. Per block the K rows are gathered through req_to_token and
-// widened to float32 once (packed as a [D][kBlockN] panel), likewise the V
-// rows ([kBlockN][Dv]), so each cache row is read once per group; then for
-// each head
-//   scores = Q . K_panel          (vector FMA over tokens, tail-undisturbed)
+// vec::kBlockN (one float32 register group of tokens). The heads run in
+// passes of up to kPassHeads, whose accumulators stay in registers, so each
+// cache vector loaded serves the whole pass (for G <= 4, the whole group):
+//   scores = Q . K     K gathered through req_to_token as 32-bit words, each
+//                      holding 2 columns (bf16/f16) or 4 (int8), widened in
+//                      registers and fed to every head of the pass;
 //   m' = max(m, max scores); p = exp(scores - m'); s = s*e^{m-m'} + sum p
-//   acc = acc*e^{m-m'} + P . V_panel (vector FMA over Dv)
-// and the split stores acc/s and m + log s into attn_logits.
+//   acc = acc*e^{m-m'} + P . V   per chunk of Dv, each V row segment read
+//                      straight from its cache row once for the pass;
+// and the split stores acc/s and m + log s into attn_logits. Every loop
+// runs at one vtype (the float32 group): loads and widening included.
 // Pass 2, one work item per (sequence, query head): merge the non-empty
 // splits weighted by exp(lse_i - max lse) and narrow into output.
 //
+// Scalar multipliers (q for Q.K, p for P.V) come from token-major or
+// column-major scratch tables, so a pass's NH values sit at fixed offsets.
+// Summation order is unchanged from a plain loop: each score adds the
+// columns in order, each accumulator the tokens in order.
+//
 // int8 KV cache (p.kv_int8): the same code with the cache read through
-// vec::Int8Traits (vsext + vfwcvt to float32). A static K scale is folded
-// into the query's sm_scale and a static V scale into the final 1/l; with
-// dynamic scales the block's per-token scales are gathered before the
-// block's GEMMs ("pre-gather"), then applied once per head and block: the
-// score vector times the K scales, and the probabilities times the V scales
-// before P.V (the softmax sum uses the unscaled probabilities).
+// vec::KvWords/Int8Traits (sign extension, then integer -> float32). A
+// static K scale is folded into the query's sm_scale and a static V scale
+// into the final 1/l; with dynamic scales the block's per-token scales are
+// gathered before the block's GEMMs ("pre-gather"), then applied once per
+// head and block: the score vector times the K scales, and the
+// probabilities times the V scales before P.V (the softmax sum uses the
+// unscaled probabilities).
 //
 // One template over the dtype; vec.h supplies the per-dtype loads/stores
 // and the RVV or portable operations, so every variant runs this code.
@@ -66,7 +75,7 @@ struct Scratch {
   float* q;       // [G][D] query rows * q_scale; the pass of nh heads from g0 as [D][nh] at q + g0 * D
   float* acc;     // [G][Dv] unnormalized output
   float* scores;  // [kPassHeads][kBlockN] the current pass's block scores
-  float* probs;   // [kBlockN][G] exp(score - m) of the current block, token-major
+  float* probs;   // [G][kBlockN] exp(score - m) of the current block; the pass of nh heads from g0 as [kBlockN][nh] at probs + g0 * kBlockN
   float* m;       // [G] running max
   float* l;       // [G] running sum
   float* alpha;   // [G] rescale factor of the current block
@@ -128,14 +137,22 @@ struct Decode {
   template <int NH, typename Idx>
   static void scores_by_words(const char* k_rows, Idx off, int64_t words, const float* q, size_t n, float* out) {
     VF s0 = vec::zeros(), s1 = vec::zeros(), s2 = vec::zeros(), s3 = vec::zeros();
-    for (int64_t j = 0; j < words; ++j, k_rows += 4, q += kCols * NH) {
-      const vec::VW w = vec::gather_words(k_rows, off, n);
-      fma_heads<NH>(s0, s1, s2, s3, q, Words::template col<0>(w, n), n);
-      if constexpr (kCols > 1) fma_heads<NH>(s0, s1, s2, s3, q + NH, Words::template col<1>(w, n), n);
-      if constexpr (kCols > 2) fma_heads<NH>(s0, s1, s2, s3, q + 2 * NH, Words::template col<2>(w, n), n);
-      if constexpr (kCols > 3) fma_heads<NH>(s0, s1, s2, s3, q + 3 * NH, Words::template col<3>(w, n), n);
+    // Two words per trip halve the loop bookkeeping (columns stay in order).
+    for (const char* pairs_end = k_rows + 8 * (words / 2); k_rows != pairs_end; k_rows += 8, q += 2 * kCols * NH) {
+      add_word<NH>(s0, s1, s2, s3, q, vec::gather_words(k_rows, off, n), n);
+      add_word<NH>(s0, s1, s2, s3, q + kCols * NH, vec::gather_words(k_rows + 4, off, n), n);
     }
+    if (words % 2 != 0) add_word<NH>(s0, s1, s2, s3, q, vec::gather_words(k_rows, off, n), n);
     store_heads<NH>(out, kBlockN, s0, s1, s2, s3, n);
+  }
+
+  // The kCols columns of one gathered word into the NH scores.
+  template <int NH>
+  static inline void add_word(VF& s0, VF& s1, VF& s2, VF& s3, const float* q, vec::VW w, size_t n) {
+    fma_heads<NH>(s0, s1, s2, s3, q, Words::template col<0>(w, n), n);
+    if constexpr (kCols > 1) fma_heads<NH>(s0, s1, s2, s3, q + NH, Words::template col<1>(w, n), n);
+    if constexpr (kCols > 2) fma_heads<NH>(s0, s1, s2, s3, q + 2 * NH, Words::template col<2>(w, n), n);
+    if constexpr (kCols > 3) fma_heads<NH>(s0, s1, s2, s3, q + 3 * NH, Words::template col<3>(w, n), n);
   }
 
   // Adds columns [d0, D) one gathered column at a time (a K row not 4-byte
@@ -153,15 +170,25 @@ struct Decode {
 
   // acc_h = acc_h * alpha_h + sum_i probs[i][h] * V[token i][c : c + vl) for
   // the NH heads of a pass; rows[i] addresses V[token i][c]. acc is the
-  // pass's first head's chunk, probs and alpha start at the pass's head.
+  // pass's first head's chunk, probs its [kBlockN][NH] table, alpha starts
+  // at its first head.
   template <int NH>
-  static void accumulate_pv(const int64_t* rows, const float* probs, int64_t group, size_t n, float* acc,
-                            int64_t d_v, const float* alpha, size_t vl) {
+  static void accumulate_pv(const int64_t* rows, const float* probs, size_t n, float* acc, int64_t d_v,
+                            const float* alpha, size_t vl) {
     VF a0 = vec::mul(vec::load(acc, vl), alpha[0], vl), a1 = a0, a2 = a0, a3 = a0;
     if constexpr (NH > 1) a1 = vec::mul(vec::load(acc + d_v, vl), alpha[1], vl);
     if constexpr (NH > 2) a2 = vec::mul(vec::load(acc + 2 * d_v, vl), alpha[2], vl);
     if constexpr (NH > 3) a3 = vec::mul(vec::load(acc + 3 * d_v, vl), alpha[3], vl);
-    for (size_t i = 0; i < n; ++i, probs += group) {
+    // Two tokens per trip halve the loop bookkeeping; each head still adds
+    // the tokens in order.
+    size_t i = 0;
+    for (; i + 2 <= n; i += 2, probs += 2 * NH) {
+      const VF v = Words::load(reinterpret_cast<const KvElem*>(static_cast<uintptr_t>(rows[i])), vl);
+      const VF v_next = Words::load(reinterpret_cast<const KvElem*>(static_cast<uintptr_t>(rows[i + 1])), vl);
+      fma_heads<NH>(a0, a1, a2, a3, probs, v, vl);
+      fma_heads<NH>(a0, a1, a2, a3, probs + NH, v_next, vl);
+    }
+    if (i < n) {
       const VF v = Words::load(reinterpret_cast<const KvElem*>(static_cast<uintptr_t>(rows[i])), vl);
       fma_heads<NH>(a0, a1, a2, a3, probs, v, vl);
     }
@@ -187,13 +214,13 @@ struct Decode {
       default: return scores_by_columns<4>(k_rows, off, d0, d_k, q, n, out);
     }
   }
-  static void pass_pv(int64_t nh, const int64_t* rows, const float* probs, int64_t group, size_t n, float* acc,
-                      int64_t d_v, const float* alpha, size_t vl) {
+  static void pass_pv(int64_t nh, const int64_t* rows, const float* probs, size_t n, float* acc, int64_t d_v,
+                      const float* alpha, size_t vl) {
     switch (nh) {
-      case 1: return accumulate_pv<1>(rows, probs, group, n, acc, d_v, alpha, vl);
-      case 2: return accumulate_pv<2>(rows, probs, group, n, acc, d_v, alpha, vl);
-      case 3: return accumulate_pv<3>(rows, probs, group, n, acc, d_v, alpha, vl);
-      default: return accumulate_pv<4>(rows, probs, group, n, acc, d_v, alpha, vl);
+      case 1: return accumulate_pv<1>(rows, probs, n, acc, d_v, alpha, vl);
+      case 2: return accumulate_pv<2>(rows, probs, n, acc, d_v, alpha, vl);
+      case 3: return accumulate_pv<3>(rows, probs, n, acc, d_v, alpha, vl);
+      default: return accumulate_pv<4>(rows, probs, n, acc, d_v, alpha, vl);
     }
   }
 
@@ -293,7 +320,7 @@ struct Decode {
           sc.l[g] = sc.l[g] * alpha + vec::reduce_sum(prob, n);
           sc.m[g] = m_new;
           sc.alpha[g] = alpha;
-          vec::store_strided(sc.probs + g, group * 4, v_dyn ? vec::mul(prob, v_scales, n) : prob, n);
+          vec::store_strided(sc.probs + g0 * kBlockN + h, nh * 4, v_dyn ? vec::mul(prob, v_scales, n) : prob, n);
         }
       }
 
@@ -306,7 +333,7 @@ struct Decode {
                                             static_cast<int64_t>(reinterpret_cast<uintptr_t>(v_rows + c * esz)), n),
                            n);
         for (int64_t g0 = 0; g0 < group; g0 += kPassHeads) {
-          pass_pv(std::min(kPassHeads, group - g0), sc.rows, sc.probs + g0, group, n, sc.acc + g0 * d_v + c, d_v,
+          pass_pv(std::min(kPassHeads, group - g0), sc.rows, sc.probs + g0 * kBlockN, n, sc.acc + g0 * d_v + c, d_v,
                   sc.alpha + g0, vl);
         }
         c += static_cast<int64_t>(vl);
