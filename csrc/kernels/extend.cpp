@@ -53,7 +53,7 @@ constexpr int64_t BN = ExtendTiling::block_n;
 // is the only place sizes are computed: extend_arena_bytes() reports its
 // total to the binding, which allocates workers * total once per call.
 struct ArenaLayout {
-  int64_t q;      // [BLOCK_M x D]      Q tile, f32, pre-scaled
+  int64_t q;      // [D x BLOCK_M]      Q tile transposed, f32, pre-scaled: q[d*BM + r]
   int64_t kt;     // [D x BLOCK_N]      K block transposed: kt[d*BN + j] = K[j][d]
   int64_t s;      // [BLOCK_M x BLOCK_N] scores, then probabilities
   int64_t v;      // [BLOCK_N x Dv]     V block, f32
@@ -153,33 +153,48 @@ void gather_k_transposed(float* kt, const Src& src, int64_t k0, int64_t nb, int6
   }
 }
 
-// s[r*BN + j] = sum_d q[r*D + d] * kt[d*BN + j], for rows < rows and keys
-// j < nb, four query rows at a time so each K^T row load feeds four FMAs.
-// Accumulators start at zero over the whole vector and the FMAs are
-// tail-undisturbed, so lanes nb..BN of the stored rows are 0, not whatever
-// an agnostic tail left there.
-void score_tile(float* s, const float* q, const float* kt, int64_t rows, int64_t nb, int64_t head_dim) {
+// s[r*BN + j] = sum_d qt[d*BM + r] * kt[d*BN + j], for rows < rows and
+// keys j < nb: four query rows at a time so each K^T row load feeds four
+// FMAs, whose multipliers are adjacent in the transposed Q tile (one pointer,
+// constant offsets), two d per iteration to halve the loop bookkeeping.
+// Only lanes j < nb of the score rows are written (the FMAs are
+// tail-agnostic); everything after reads at most the first nb.
+void score_tile(float* s, const float* qt, const float* kt, int64_t rows, int64_t nb, int64_t head_dim) {
   const size_t vl = vec::setvl(static_cast<size_t>(nb));
   int64_t r = 0;
   for (; r + 4 <= rows; r += 4) {
-    const float* q0 = q + r * head_dim;
     vec::VF a0 = vec::zeros(), a1 = vec::zeros(), a2 = vec::zeros(), a3 = vec::zeros();
-    for (int64_t d = 0; d < head_dim; ++d) {
-      const vec::VF k = vec::load(kt + d * BN, vl);
-      a0 = vec::fmacc(a0, q0[d], k, vl);
-      a1 = vec::fmacc(a1, q0[head_dim + d], k, vl);
-      a2 = vec::fmacc(a2, q0[2 * head_dim + d], k, vl);
-      a3 = vec::fmacc(a3, q0[3 * head_dim + d], k, vl);
+    const float* q = qt + r;
+    const float* k = kt;
+    int64_t d = 0;
+    for (; d + 2 <= head_dim; d += 2, q += 2 * BM, k += 2 * BN) {
+      const vec::VF k0 = vec::load(k, vl);
+      a0 = vec::fmacc_ta(a0, q[0], k0, vl);
+      a1 = vec::fmacc_ta(a1, q[1], k0, vl);
+      a2 = vec::fmacc_ta(a2, q[2], k0, vl);
+      a3 = vec::fmacc_ta(a3, q[3], k0, vl);
+      const vec::VF k1 = vec::load(k + BN, vl);
+      a0 = vec::fmacc_ta(a0, q[BM + 0], k1, vl);
+      a1 = vec::fmacc_ta(a1, q[BM + 1], k1, vl);
+      a2 = vec::fmacc_ta(a2, q[BM + 2], k1, vl);
+      a3 = vec::fmacc_ta(a3, q[BM + 3], k1, vl);
     }
-    vec::store(s + r * BN, a0, BN);
-    vec::store(s + (r + 1) * BN, a1, BN);
-    vec::store(s + (r + 2) * BN, a2, BN);
-    vec::store(s + (r + 3) * BN, a3, BN);
+    if (d < head_dim) {
+      const vec::VF k0 = vec::load(k, vl);
+      a0 = vec::fmacc_ta(a0, q[0], k0, vl);
+      a1 = vec::fmacc_ta(a1, q[1], k0, vl);
+      a2 = vec::fmacc_ta(a2, q[2], k0, vl);
+      a3 = vec::fmacc_ta(a3, q[3], k0, vl);
+    }
+    vec::store(s + r * BN, a0, vl);
+    vec::store(s + (r + 1) * BN, a1, vl);
+    vec::store(s + (r + 2) * BN, a2, vl);
+    vec::store(s + (r + 3) * BN, a3, vl);
   }
   for (; r < rows; ++r) {
     vec::VF a = vec::zeros();
-    for (int64_t d = 0; d < head_dim; ++d) a = vec::fmacc(a, q[r * head_dim + d], vec::load(kt + d * BN, vl), vl);
-    vec::store(s + r * BN, a, BN);
+    for (int64_t d = 0; d < head_dim; ++d) a = vec::fmacc_ta(a, qt[d * BM + r], vec::load(kt + d * BN, vl), vl);
+    vec::store(s + r * BN, a, vl);
   }
 }
 
@@ -207,14 +222,55 @@ float online_softmax_step(float* s, int64_t n, float logit_cap, float* m, float*
   return alpha;
 }
 
-// acc[0:Dv] = acc * alpha + sum_{j < n} p[j] * v[j*Dv : j*Dv + Dv], one
-// vector of Dv at a time held in a register across all n tokens.
-void rescale_accumulate(float* acc, float alpha, const float* p, int64_t n, const float* v, int64_t head_dim_v) {
-  for (int64_t c = 0; c < head_dim_v;) {
-    const size_t vl = vec::setvl(static_cast<size_t>(head_dim_v - c));
-    vec::VF a = vec::mul(vec::load(acc + c, vl), alpha, vl);
-    for (int64_t j = 0; j < n; ++j) a = vec::fmacc_ta(a, p[j], vec::load(v + j * head_dim_v + c, vl), vl);
-    vec::store(acc + c, a, vl);
+// For every row r < rows: acc[r] = acc[r] * alpha[r] + sum_{j < n[r]}
+// p[r][j] * v[j] (p[r] = s + r*BN; a row with n[r] = 0 has alpha 1).
+// Register-blocked: two rows' accumulator chunks of vec::kWideLanes floats
+// stay in registers across the block's keys, and each V chunk load feeds
+// both rows. Causal rows differ in n: keys both rows see go through the
+// pair, the rest through each row alone.
+void rescale_accumulate_tile(float* acc, const float* alpha, const float* s, const int64_t* n, int64_t rows,
+                             const float* v, int64_t head_dim_v) {
+  const int64_t Dv = head_dim_v;
+  for (int64_t c = 0; c < Dv;) {
+    const size_t vl = vec::setvl_wide(static_cast<size_t>(Dv - c));
+    int64_t r = 0;
+    for (; r + 2 <= rows; r += 2) {
+      const int64_t n0 = n[r], n1 = n[r + 1];
+      if (n0 == 0 && n1 == 0) continue;
+      float* acc0 = acc + r * Dv + c;
+      float* acc1 = acc0 + Dv;
+      vec::VW a0 = vec::mul_wide(vec::load_wide(acc0, vl), alpha[r], vl);
+      vec::VW a1 = vec::mul_wide(vec::load_wide(acc1, vl), alpha[r + 1], vl);
+      const float* p = s + r * BN;
+      const float* vj = v + c;
+      const int64_t both = n0 < n1 ? n0 : n1;
+      int64_t j = 0;
+      for (; j + 2 <= both; j += 2, vj += 2 * Dv) {
+        const vec::VW x0 = vec::load_wide(vj, vl);
+        a0 = vec::fmacc_wide(a0, p[j], x0, vl);
+        a1 = vec::fmacc_wide(a1, p[BN + j], x0, vl);
+        const vec::VW x1 = vec::load_wide(vj + Dv, vl);
+        a0 = vec::fmacc_wide(a0, p[j + 1], x1, vl);
+        a1 = vec::fmacc_wide(a1, p[BN + j + 1], x1, vl);
+      }
+      if (j < both) {
+        const vec::VW x0 = vec::load_wide(vj, vl);
+        a0 = vec::fmacc_wide(a0, p[j], x0, vl);
+        a1 = vec::fmacc_wide(a1, p[BN + j], x0, vl);
+        ++j;
+      }
+      for (int64_t t = j; t < n0; ++t) a0 = vec::fmacc_wide(a0, p[t], vec::load_wide(v + t * Dv + c, vl), vl);
+      for (int64_t t = j; t < n1; ++t) a1 = vec::fmacc_wide(a1, p[BN + t], vec::load_wide(v + t * Dv + c, vl), vl);
+      vec::store_wide(acc0, a0, vl);
+      vec::store_wide(acc1, a1, vl);
+    }
+    if (r < rows && n[r] > 0) {
+      float* acc0 = acc + r * Dv + c;
+      vec::VW a0 = vec::mul_wide(vec::load_wide(acc0, vl), alpha[r], vl);
+      const float* p = s + r * BN;
+      for (int64_t t = 0; t < n[r]; ++t) a0 = vec::fmacc_wide(a0, p[t], vec::load_wide(v + t * Dv + c, vl), vl);
+      vec::store_wide(acc0, a0, vl);
+    }
     c += static_cast<int64_t>(vl);
   }
 }
@@ -229,12 +285,13 @@ void load_row(float* dst, const typename Tr::Elem* src, int64_t n) {
   }
 }
 
-// dst[0:n] = widen(src[0:n]) * scale.
+// dst[i*BM] = widen(src[i]) * scale for i < n: a query row into column
+// dst of the transposed Q tile.
 template <typename Tr>
-void load_row_scaled(float* dst, const typename Tr::Elem* src, int64_t n, float scale) {
+void load_row_scaled_transposed(float* dst, const typename Tr::Elem* src, int64_t n, float scale) {
   for (int64_t c = 0; c < n;) {
     const size_t vl = vec::setvl(static_cast<size_t>(n - c));
-    vec::store(dst + c, vec::mul(Tr::load(src + c, vl), scale, vl), vl);
+    vec::store_strided(dst + c * BM, BM * 4, vec::mul(Tr::load(src + c, vl), scale, vl), vl);
     c += static_cast<int64_t>(vl);
   }
 }
@@ -307,17 +364,21 @@ void attend_block(const Item& it, const Src& src, int64_t k0, int64_t nb, int64_
   }
   score_tile(w.s, w.q, w.kt, it.rows, nb, p.head_dim);
   for (int64_t j = 0; j < nb; ++j) load_row<Tr>(w.v + j * Dv, src.v_row(k0 + j), Dv);
+  float alpha[BM];
+  int64_t seen[BM];  // keys of the block each row sees
   for (int64_t r = 0; r < it.rows; ++r) {
     int64_t n = nb;
     if (diag >= 0) {
       const int64_t last = diag + r - k0;  // the row's last visible key, relative to k0
       n = last < 0 ? 0 : (last + 1 < nb ? last + 1 : nb);
-      if (n == 0) continue;  // the whole block is in this row's future
     }
-    float* s = w.s + r * BN;
-    const float alpha = online_softmax_step(s, n, p.logit_cap, &w.m[r], &w.l[r], k_dyn, k_sc, v_dyn, v_sc);
-    rescale_accumulate(w.acc + r * Dv, alpha, s, n, w.v, Dv);
+    seen[r] = n;
+    // A row that sees nothing of the block (all of it in the row's future)
+    // keeps its state: alpha 1 and no keys.
+    alpha[r] = n == 0 ? 1.0f
+                      : online_softmax_step(w.s + r * BN, n, p.logit_cap, &w.m[r], &w.l[r], k_dyn, k_sc, v_dyn, v_sc);
   }
+  rescale_accumulate_tile(w.acc, alpha, w.s, seen, it.rows, w.v, Dv);
 }
 
 // Stage 2 of an item whose first query row is new token m0: new tokens
@@ -363,7 +424,7 @@ void run_item(const rvv_attn::ExtendParams& p, const Scratch& w, int64_t b, int6
   // per row by vec::softcap (cap * tanh(s / cap)).
   const E* q = static_cast<const E*>(p.q) + row0 * p.q_stride_t + h * p.q_stride_h;
   for (int64_t r = 0; r < rows; ++r) {
-    load_row_scaled<Tr>(w.q + r * D, q + r * p.q_stride_t, D, q_scale);
+    load_row_scaled_transposed<Tr>(w.q + r, q + r * p.q_stride_t, D, q_scale);
     w.m[r] = -std::numeric_limits<float>::infinity();
     w.l[r] = 0.f;
     fill_zero(w.acc + r * Dv, Dv);
