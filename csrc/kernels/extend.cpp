@@ -7,16 +7,25 @@
 // worker owns one arena slice (see ArenaLayout) for the whole call.
 //
 // Per item, flash-attention style with an online softmax:
-//   Q tile  q[BLOCK_M x D]    f32, pre-multiplied by sm_scale
+//   Q tile  qt[D x BLOCK_M]   f32, pre-multiplied by sm_scale, transposed
+//           so the multipliers of neighbouring rows are adjacent
 //   stage 1 prefix keys, BLOCK_N at a time, gathered through req_to_token
 //   stage 2 new tokens, BLOCK_N at a time; the causal limit is applied only
 //           to blocks that cross the diagonal
 //   per block: K^T tile kt[D x BLOCK_N] (gathered, widened, transposed),
-//           score tile s[BLOCK_M x BLOCK_N] = q . kt (D vector FMAs per
-//           row), per row: cap, block max, alpha = exp(m_old - m_new),
-//           p = exp(s - m_new), l = l*alpha + sum(p); then the V block
-//           v[BLOCK_N x Dv] and acc[r] = acc[r]*alpha + sum_j p[j] v[j].
+//           score tile s[BLOCK_M x BLOCK_N] = q . kt (D wide-vector FMAs
+//           per row, two rows sharing each K^T load), per row: cap, block
+//           max, alpha = exp(m_old - m_new), p = exp(s - m_new),
+//           l = l*alpha + sum(p); then the V block v[BLOCK_N x Dv] and
+//           acc[r] = acc[r]*alpha + sum_j p[j] v[j], two rows' accumulator
+//           chunks held in registers so each V load feeds both.
 //   finish  o = acc / l, narrowed with round-to-nearest-even.
+//
+// Where the instructions go (why the blocking is what it is): every FMA of
+// both GEMMs takes its multiplier from a scalar register loaded from the
+// tile (flw), so what the loops cost per query-key pair is set by how many
+// lanes one scalar multiplier feeds (a whole wide vector of keys in Q.K, a
+// wide vector of Dv in P.V) and how many rows share each vector load.
 //
 // int8 KV cache (p.kv_int8): the prefix is read through vec::Int8Traits.
 // Dynamic scales are gathered per block before its GEMMs and applied once
@@ -32,7 +41,8 @@
 //
 // A row's causal limit is a prefix of the block's keys (keys k0..q_index),
 // so masking is a shorter vector length for that row: no mask vector, no
-// -inf arithmetic, and a row that sees nothing of a block skips it.
+// -inf arithmetic, and a row that sees nothing of a block skips it (its
+// scores are not even computed).
 #include <cstdint>
 #include <limits>
 
@@ -143,81 +153,96 @@ struct ExtendRows {
 // ---- row operations on the tiles ---------------------------------------------
 
 // kt[d*BN + j] = K[k0 + j][d] for j < nb: one indexed load per d gathers
-// column d of the block's K rows, already transposed and widened to f32.
+// column d of the block's K rows, already transposed and widened to f32, a
+// vec::VF of keys (half a key block) at a time.
 template <typename Tr, typename Src>
 void gather_k_transposed(float* kt, const Src& src, int64_t k0, int64_t nb, int64_t head_dim) {
-  const size_t vl = vec::setvl(static_cast<size_t>(nb));
-  const vec::VIdx off = src.k_offsets(k0, vl);
-  for (int64_t d = 0; d < head_dim; ++d) {
-    vec::store(kt + d * BN, Tr::gather(src.k + d, off, vl), vl);
+  for (int64_t j0 = 0; j0 < nb;) {
+    const size_t vl = vec::setvl(static_cast<size_t>(nb - j0));
+    const vec::VIdx off = src.k_offsets(k0 + j0, vl);
+    for (int64_t d = 0; d < head_dim; ++d) vec::store(kt + d * BN + j0, Tr::gather(src.k + d, off, vl), vl);
+    j0 += static_cast<int64_t>(vl);
   }
 }
 
-// s[r*BN + j] = sum_d qt[d*BM + r] * kt[d*BN + j], for rows < rows and
-// keys j < nb: four query rows at a time so each K^T row load feeds four
-// FMAs, whose multipliers are adjacent in the transposed Q tile (one pointer,
-// constant offsets), two d per iteration to halve the loop bookkeeping.
-// Only lanes j < nb of the score rows are written (the FMAs are
-// tail-agnostic); everything after reads at most the first nb.
-void score_tile(float* s, const float* qt, const float* kt, int64_t rows, int64_t nb, int64_t head_dim) {
-  const size_t vl = vec::setvl(static_cast<size_t>(nb));
+// s[r*BN + j] = sum_d qt[d*BM + r] * kt[d*BN + j] for rows r < rows and
+// keys j < min(nb, limit + r): a key block is one wide vector (vec::VW), so
+// each scalar multiplier feeds kWideLanes keys. Two query rows at a time
+// share each K^T row load; their multipliers are adjacent in the transposed
+// Q tile (one pointer, constant offsets); two d per iteration halve the loop
+// bookkeeping. A causal row pair stops at the keys its later row sees
+// (limit + r + 1). Only those lanes of the score rows are written (the FMAs
+// are tail-agnostic); everything after reads no further.
+void score_tile(float* s, const float* qt, const float* kt, int64_t rows, int64_t nb, int64_t limit,
+                int64_t head_dim) {
   int64_t r = 0;
-  for (; r + 4 <= rows; r += 4) {
-    vec::VF a0 = vec::zeros(), a1 = vec::zeros(), a2 = vec::zeros(), a3 = vec::zeros();
-    const float* q = qt + r;
-    const float* k = kt;
-    int64_t d = 0;
+  for (; r + 2 <= rows; r += 2) {
+    const int64_t keys = limit + r + 1 < nb ? limit + r + 1 : nb;  // what row r + 1 sees
+    const size_t vl = vec::setvl_wide(static_cast<size_t>(keys));
+    vec::VW a0 = vec::mul_wide(vec::load_wide(kt, vl), qt[r], vl);
+    vec::VW a1 = vec::mul_wide(vec::load_wide(kt, vl), qt[r + 1], vl);
+    const float* q = qt + r + BM;
+    const float* k = kt + BN;
+    int64_t d = 1;
     for (; d + 2 <= head_dim; d += 2, q += 2 * BM, k += 2 * BN) {
-      const vec::VF k0 = vec::load(k, vl);
-      a0 = vec::fmacc_ta(a0, q[0], k0, vl);
-      a1 = vec::fmacc_ta(a1, q[1], k0, vl);
-      a2 = vec::fmacc_ta(a2, q[2], k0, vl);
-      a3 = vec::fmacc_ta(a3, q[3], k0, vl);
-      const vec::VF k1 = vec::load(k + BN, vl);
-      a0 = vec::fmacc_ta(a0, q[BM + 0], k1, vl);
-      a1 = vec::fmacc_ta(a1, q[BM + 1], k1, vl);
-      a2 = vec::fmacc_ta(a2, q[BM + 2], k1, vl);
-      a3 = vec::fmacc_ta(a3, q[BM + 3], k1, vl);
+      const vec::VW k0 = vec::load_wide(k, vl);
+      a0 = vec::fmacc_wide(a0, q[0], k0, vl);
+      a1 = vec::fmacc_wide(a1, q[1], k0, vl);
+      const vec::VW k1 = vec::load_wide(k + BN, vl);
+      a0 = vec::fmacc_wide(a0, q[BM], k1, vl);
+      a1 = vec::fmacc_wide(a1, q[BM + 1], k1, vl);
     }
     if (d < head_dim) {
-      const vec::VF k0 = vec::load(k, vl);
-      a0 = vec::fmacc_ta(a0, q[0], k0, vl);
-      a1 = vec::fmacc_ta(a1, q[1], k0, vl);
-      a2 = vec::fmacc_ta(a2, q[2], k0, vl);
-      a3 = vec::fmacc_ta(a3, q[3], k0, vl);
+      const vec::VW k0 = vec::load_wide(k, vl);
+      a0 = vec::fmacc_wide(a0, q[0], k0, vl);
+      a1 = vec::fmacc_wide(a1, q[1], k0, vl);
     }
-    vec::store(s + r * BN, a0, vl);
-    vec::store(s + (r + 1) * BN, a1, vl);
-    vec::store(s + (r + 2) * BN, a2, vl);
-    vec::store(s + (r + 3) * BN, a3, vl);
+    vec::store_wide(s + r * BN, a0, vl);
+    vec::store_wide(s + (r + 1) * BN, a1, vl);
   }
-  for (; r < rows; ++r) {
-    vec::VF a = vec::zeros();
-    for (int64_t d = 0; d < head_dim; ++d) a = vec::fmacc_ta(a, qt[d * BM + r], vec::load(kt + d * BN, vl), vl);
-    vec::store(s + r * BN, a, vl);
+  if (r < rows) {
+    const int64_t keys = limit + r < nb ? limit + r : nb;
+    const size_t vl = vec::setvl_wide(static_cast<size_t>(keys));
+    vec::VW a = vec::mul_wide(vec::load_wide(kt, vl), qt[r], vl);
+    for (int64_t d = 1; d < head_dim; ++d) a = vec::fmacc_wide(a, qt[d * BM + r], vec::load_wide(kt + d * BN, vl), vl);
+    vec::store_wide(s + r * BN, a, vl);
   }
 }
 
 // One online-softmax step for a row's first ``n`` scores (n >= 1): applies
 // the cap, updates the running max *m and sum *l, leaves p = exp(s - m_new)
 // in s and returns alpha = exp(m_old - m_new), the factor the row's
-// accumulator must be rescaled by.
-// With ``scaled`` (int8 cache, dynamic scales), the scores are first
-// multiplied by the keys' scales k_sc, and the probabilities stored in s by
-// the values' scales v_sc (flags k_dyn / v_dyn); the sum l is unscaled.
-float online_softmax_step(float* s, int64_t n, float logit_cap, float* m, float* l, bool k_dyn, const vec::VF& k_sc,
-                          bool v_dyn, const vec::VF& v_sc) {
-  const size_t vl = vec::setvl(static_cast<size_t>(n));
-  vec::VF x = vec::load(s, vl);
-  if (k_dyn) x = vec::mul(x, k_sc, vl);
-  if (logit_cap > 0) x = vec::softcap(x, logit_cap, vl);
-  const float block_max = vec::reduce_max(x, vl);
+// accumulator must be rescaled by. The row (up to a wide vector of keys) is
+// handled a vec::VF at a time: a first pass finds the block max (storing
+// the capped or scaled scores back), a second takes the exponentials.
+// With ``k_sc`` / ``v_sc`` (int8 cache, per-token scales; null when absent),
+// the scores are first multiplied by the keys' scales, and the
+// probabilities stored in s by the values' scales; the sum l is unscaled.
+float online_softmax_step(float* s, int64_t n, float logit_cap, float* m, float* l, const float* k_sc,
+                          const float* v_sc) {
+  float block_max = -std::numeric_limits<float>::infinity();
+  for (int64_t c = 0; c < n;) {
+    const size_t vl = vec::setvl(static_cast<size_t>(n - c));
+    vec::VF x = vec::load(s + c, vl);
+    if (k_sc != nullptr) x = vec::mul(x, vec::load(k_sc + c, vl), vl);
+    if (logit_cap > 0) x = vec::softcap(x, logit_cap, vl);
+    if (k_sc != nullptr || logit_cap > 0) vec::store(s + c, x, vl);
+    const float chunk_max = vec::reduce_max(x, vl);
+    block_max = chunk_max > block_max ? chunk_max : block_max;
+    c += static_cast<int64_t>(vl);
+  }
   const float m_new = block_max > *m ? block_max : *m;
   // exp(-inf) = 0 on a row's first step: the empty accumulator stays 0.
   const float alpha = vec::exp_scalar(*m - m_new);
-  const vec::VF pv = vec::exp(vec::sub(x, m_new, vl), vl);
-  *l = *l * alpha + vec::reduce_sum(pv, vl);
-  vec::store(s, v_dyn ? vec::mul(pv, v_sc, vl) : pv, vl);
+  float sum = 0.0f;
+  for (int64_t c = 0; c < n;) {
+    const size_t vl = vec::setvl(static_cast<size_t>(n - c));
+    const vec::VF pv = vec::exp(vec::sub(vec::load(s + c, vl), m_new, vl), vl);
+    sum += vec::reduce_sum(pv, vl);
+    vec::store(s + c, v_sc != nullptr ? vec::mul(pv, vec::load(v_sc + c, vl), vl) : pv, vl);
+    c += static_cast<int64_t>(vl);
+  }
+  *l = *l * alpha + sum;
   *m = m_new;
   return alpha;
 }
@@ -339,30 +364,45 @@ void attend_block(const Item& it, const Src& src, int64_t k0, int64_t nb, int64_
   const int64_t Dv = p.head_dim_v;
   gather_k_transposed<Tr>(w.kt, src, k0, nb, p.head_dim);
   // Pre-gather the block's per-token scales before its GEMMs.
-  vec::VF k_sc = vec::zeros(), v_sc = vec::zeros();
-  bool k_dyn = false, v_dyn = false;
+  float k_scales[BN], v_scales[BN];
+  const float* k_sc = nullptr;
+  const float* v_sc = nullptr;
   if constexpr (kQ8) {
-    k_dyn = it.k_dyn;
-    v_dyn = it.v_dyn;
-    const size_t vl = vec::setvl(static_cast<size_t>(nb));
-    if (k_dyn) {
-      k_sc = vec::Traits<rvv_attn::DType::Float32>::gather(
-          p.scales.k_scale_buf, src.slot_offsets(k0, vl, p.scales.k_scale_stride_t * 4, it.hkv * p.scales.k_scale_stride_h * 4), vl);
+    for (int64_t j0 = 0; j0 < nb;) {
+      const size_t vl = vec::setvl(static_cast<size_t>(nb - j0));
+      using F32 = vec::Traits<rvv_attn::DType::Float32>;
+      if (it.k_dyn) {
+        vec::store(k_scales + j0,
+                   F32::gather(p.scales.k_scale_buf,
+                               src.slot_offsets(k0 + j0, vl, p.scales.k_scale_stride_t * 4,
+                                                it.hkv * p.scales.k_scale_stride_h * 4),
+                               vl),
+                   vl);
+      } else if (it.k_const > 0.0f) {
+        vec::store(k_scales + j0, vec::splat(it.k_const, vl), vl);
+      }
+      if (it.v_dyn) {
+        vec::store(v_scales + j0,
+                   F32::gather(p.scales.v_scale_buf,
+                               src.slot_offsets(k0 + j0, vl, p.scales.v_scale_stride_t * 4,
+                                                it.hkv * p.scales.v_scale_stride_h * 4),
+                               vl),
+                   vl);
+      } else if (it.v_const > 0.0f) {
+        vec::store(v_scales + j0, vec::splat(it.v_const, vl), vl);
+      }
+      j0 += static_cast<int64_t>(vl);
     }
-    if (v_dyn) {
-      v_sc = vec::Traits<rvv_attn::DType::Float32>::gather(
-          p.scales.v_scale_buf, src.slot_offsets(k0, vl, p.scales.v_scale_stride_t * 4, it.hkv * p.scales.v_scale_stride_h * 4), vl);
-    }
-    if (it.k_const > 0.0f) {
-      k_sc = vec::splat(it.k_const, vl);
-      k_dyn = true;
-    }
-    if (it.v_const > 0.0f) {
-      v_sc = vec::splat(it.v_const, vl);
-      v_dyn = true;
-    }
+    if (it.k_dyn || it.k_const > 0.0f) k_sc = k_scales;
+    if (it.v_dyn || it.v_const > 0.0f) v_sc = v_scales;
   }
-  score_tile(w.s, w.q, w.kt, it.rows, nb, p.head_dim);
+  // Rows before first_row see none of a block that crosses the diagonal
+  // (it lies in their future): their scores are never needed.
+  // Row r sees keys j < limit + r of the block (all nb when limit >= nb).
+  const int64_t first_row = diag >= 0 && k0 > diag ? k0 - diag : 0;
+  const int64_t limit = diag >= 0 ? diag - k0 + 1 : nb;
+  score_tile(w.s + first_row * BN, w.q + first_row, w.kt, it.rows - first_row, nb, limit + first_row,
+             p.head_dim);
   for (int64_t j = 0; j < nb; ++j) load_row<Tr>(w.v + j * Dv, src.v_row(k0 + j), Dv);
   float alpha[BM];
   int64_t seen[BM];  // keys of the block each row sees
@@ -376,7 +416,7 @@ void attend_block(const Item& it, const Src& src, int64_t k0, int64_t nb, int64_
     // A row that sees nothing of the block (all of it in the row's future)
     // keeps its state: alpha 1 and no keys.
     alpha[r] = n == 0 ? 1.0f
-                      : online_softmax_step(w.s + r * BN, n, p.logit_cap, &w.m[r], &w.l[r], k_dyn, k_sc, v_dyn, v_sc);
+                      : online_softmax_step(w.s + r * BN, n, p.logit_cap, &w.m[r], &w.l[r], k_sc, v_sc);
   }
   rescale_accumulate_tile(w.acc, alpha, w.s, seen, it.rows, w.v, Dv);
 }
