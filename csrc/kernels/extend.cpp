@@ -165,48 +165,57 @@ void gather_k_transposed(float* kt, const Src& src, int64_t k0, int64_t nb, int6
   }
 }
 
-// s[r*BN + j] = sum_d qt[d*BM + r] * kt[d*BN + j] for rows r < rows and
-// keys j < min(nb, limit + r): a key block is one wide vector (vec::VW), so
-// each scalar multiplier feeds kWideLanes keys. Two query rows at a time
-// share each K^T row load; their multipliers are adjacent in the transposed
-// Q tile (one pointer, constant offsets); two d per iteration halve the loop
-// bookkeeping. A causal row pair stops at the keys its later row sees
-// (limit + r + 1). Only those lanes of the score rows are written (the FMAs
-// are tail-agnostic); everything after reads no further.
+// Score rows s[i*BN + j] = sum_d qt[d*BM + i] * kt[d*BN + j] for R query
+// rows i < R and keys j < vl: the R rows (R <= 3: their accumulators and a
+// K^T row fill the register file) share each K^T row load, their
+// multipliers are adjacent in the transposed Q tile (one pointer, constant
+// offsets), and two d per iteration halve the loop bookkeeping.
+template <int R>
+void score_rows(float* s, const float* qt, const float* kt, size_t vl, int64_t head_dim) {
+  static_assert(R >= 1 && R <= 3, "three wide accumulators and one K^T row fill the registers");
+  const vec::VW first = vec::load_wide(kt, vl);
+  vec::VW a0 = vec::mul_wide(first, qt[0], vl), a1, a2;
+  if constexpr (R >= 2) a1 = vec::mul_wide(first, qt[1], vl);
+  if constexpr (R >= 3) a2 = vec::mul_wide(first, qt[2], vl);
+  const float* q = qt + BM;
+  const float* k = kt + BN;
+  int64_t d = 1;
+  for (; d + 2 <= head_dim; d += 2, q += 2 * BM, k += 2 * BN) {
+    const vec::VW k0 = vec::load_wide(k, vl);
+    a0 = vec::fmacc_wide(a0, q[0], k0, vl);
+    if constexpr (R >= 2) a1 = vec::fmacc_wide(a1, q[1], k0, vl);
+    if constexpr (R >= 3) a2 = vec::fmacc_wide(a2, q[2], k0, vl);
+    const vec::VW k1 = vec::load_wide(k + BN, vl);
+    a0 = vec::fmacc_wide(a0, q[BM], k1, vl);
+    if constexpr (R >= 2) a1 = vec::fmacc_wide(a1, q[BM + 1], k1, vl);
+    if constexpr (R >= 3) a2 = vec::fmacc_wide(a2, q[BM + 2], k1, vl);
+  }
+  if (d < head_dim) {
+    const vec::VW k0 = vec::load_wide(k, vl);
+    a0 = vec::fmacc_wide(a0, q[0], k0, vl);
+    if constexpr (R >= 2) a1 = vec::fmacc_wide(a1, q[1], k0, vl);
+    if constexpr (R >= 3) a2 = vec::fmacc_wide(a2, q[2], k0, vl);
+  }
+  vec::store_wide(s, a0, vl);
+  if constexpr (R >= 2) vec::store_wide(s + BN, a1, vl);
+  if constexpr (R >= 3) vec::store_wide(s + 2 * BN, a2, vl);
+}
+
+// The score tile: rows r < rows, keys j < min(nb, limit + r) (row r's
+// causal limit; limit >= nb for a block every row sees in full). A key
+// block is one wide vector (vec::VW), so each scalar multiplier feeds
+// kWideLanes keys; a row group stops at the keys its last row sees. Only
+// those lanes of the score rows are written (the FMAs are tail-agnostic);
+// everything after reads no further.
 void score_tile(float* s, const float* qt, const float* kt, int64_t rows, int64_t nb, int64_t limit,
                 int64_t head_dim) {
+  auto keys = [&](int64_t last_row) {
+    return vec::setvl_wide(static_cast<size_t>(limit + last_row < nb ? limit + last_row : nb));
+  };
   int64_t r = 0;
-  for (; r + 2 <= rows; r += 2) {
-    const int64_t keys = limit + r + 1 < nb ? limit + r + 1 : nb;  // what row r + 1 sees
-    const size_t vl = vec::setvl_wide(static_cast<size_t>(keys));
-    vec::VW a0 = vec::mul_wide(vec::load_wide(kt, vl), qt[r], vl);
-    vec::VW a1 = vec::mul_wide(vec::load_wide(kt, vl), qt[r + 1], vl);
-    const float* q = qt + r + BM;
-    const float* k = kt + BN;
-    int64_t d = 1;
-    for (; d + 2 <= head_dim; d += 2, q += 2 * BM, k += 2 * BN) {
-      const vec::VW k0 = vec::load_wide(k, vl);
-      a0 = vec::fmacc_wide(a0, q[0], k0, vl);
-      a1 = vec::fmacc_wide(a1, q[1], k0, vl);
-      const vec::VW k1 = vec::load_wide(k + BN, vl);
-      a0 = vec::fmacc_wide(a0, q[BM], k1, vl);
-      a1 = vec::fmacc_wide(a1, q[BM + 1], k1, vl);
-    }
-    if (d < head_dim) {
-      const vec::VW k0 = vec::load_wide(k, vl);
-      a0 = vec::fmacc_wide(a0, q[0], k0, vl);
-      a1 = vec::fmacc_wide(a1, q[1], k0, vl);
-    }
-    vec::store_wide(s + r * BN, a0, vl);
-    vec::store_wide(s + (r + 1) * BN, a1, vl);
-  }
-  if (r < rows) {
-    const int64_t keys = limit + r < nb ? limit + r : nb;
-    const size_t vl = vec::setvl_wide(static_cast<size_t>(keys));
-    vec::VW a = vec::mul_wide(vec::load_wide(kt, vl), qt[r], vl);
-    for (int64_t d = 1; d < head_dim; ++d) a = vec::fmacc_wide(a, qt[d * BM + r], vec::load_wide(kt + d * BN, vl), vl);
-    vec::store_wide(s + r * BN, a, vl);
-  }
+  for (; r + 3 <= rows; r += 3) score_rows<3>(s + r * BN, qt + r, kt, keys(r + 2), head_dim);
+  if (rows - r == 2) score_rows<2>(s + r * BN, qt + r, kt, keys(r + 1), head_dim);
+  if (rows - r == 1) score_rows<1>(s + r * BN, qt + r, kt, keys(r), head_dim);
 }
 
 // One online-softmax step for a row's first ``n`` scores (n >= 1): applies
@@ -247,55 +256,72 @@ float online_softmax_step(float* s, int64_t n, float logit_cap, float* m, float*
   return alpha;
 }
 
+// acc[i] = acc[i] * alpha[i] + sum_{j < n[i]} p[i][j] * v[j] (p[i] = s + i*BN)
+// over one chunk of vl <= kWideLanes columns, for R <= 3 rows whose
+// accumulator chunks stay in registers across the block's keys: each V
+// chunk load feeds the R rows, each scalar probability a wide vector.
+// Causal rows differ in n: keys all R rows see go through the group, the
+// rest through each row alone.
+template <int R>
+void accumulate_rows(float* acc, const float* alpha, const float* p, const int64_t* n, const float* v, int64_t Dv,
+                     size_t vl) {
+  static_assert(R >= 1 && R <= 3, "three wide accumulators and one V chunk fill the registers");
+  vec::VW a0 = vec::mul_wide(vec::load_wide(acc, vl), alpha[0], vl), a1, a2;
+  int64_t all = n[0];
+  if constexpr (R >= 2) {
+    a1 = vec::mul_wide(vec::load_wide(acc + Dv, vl), alpha[1], vl);
+    all = n[1] < all ? n[1] : all;
+  }
+  if constexpr (R >= 3) {
+    a2 = vec::mul_wide(vec::load_wide(acc + 2 * Dv, vl), alpha[2], vl);
+    all = n[2] < all ? n[2] : all;
+  }
+  const float* vj = v;
+  int64_t j = 0;
+  for (; j + 2 <= all; j += 2, vj += 2 * Dv) {
+    const vec::VW x0 = vec::load_wide(vj, vl);
+    a0 = vec::fmacc_wide(a0, p[j], x0, vl);
+    if constexpr (R >= 2) a1 = vec::fmacc_wide(a1, p[BN + j], x0, vl);
+    if constexpr (R >= 3) a2 = vec::fmacc_wide(a2, p[2 * BN + j], x0, vl);
+    const vec::VW x1 = vec::load_wide(vj + Dv, vl);
+    a0 = vec::fmacc_wide(a0, p[j + 1], x1, vl);
+    if constexpr (R >= 2) a1 = vec::fmacc_wide(a1, p[BN + j + 1], x1, vl);
+    if constexpr (R >= 3) a2 = vec::fmacc_wide(a2, p[2 * BN + j + 1], x1, vl);
+  }
+  if (j < all) {
+    const vec::VW x0 = vec::load_wide(vj, vl);
+    a0 = vec::fmacc_wide(a0, p[j], x0, vl);
+    if constexpr (R >= 2) a1 = vec::fmacc_wide(a1, p[BN + j], x0, vl);
+    if constexpr (R >= 3) a2 = vec::fmacc_wide(a2, p[2 * BN + j], x0, vl);
+  }
+  for (int64_t t = all; t < n[0]; ++t) a0 = vec::fmacc_wide(a0, p[t], vec::load_wide(v + t * Dv, vl), vl);
+  vec::store_wide(acc, a0, vl);
+  if constexpr (R >= 2) {
+    for (int64_t t = all; t < n[1]; ++t) a1 = vec::fmacc_wide(a1, p[BN + t], vec::load_wide(v + t * Dv, vl), vl);
+    vec::store_wide(acc + Dv, a1, vl);
+  }
+  if constexpr (R >= 3) {
+    for (int64_t t = all; t < n[2]; ++t) a2 = vec::fmacc_wide(a2, p[2 * BN + t], vec::load_wide(v + t * Dv, vl), vl);
+    vec::store_wide(acc + 2 * Dv, a2, vl);
+  }
+}
+
 // For every row r < rows: acc[r] = acc[r] * alpha[r] + sum_{j < n[r]}
-// p[r][j] * v[j] (p[r] = s + r*BN; a row with n[r] = 0 has alpha 1).
-// Register-blocked: two rows' accumulator chunks of vec::kWideLanes floats
-// stay in registers across the block's keys, and each V chunk load feeds
-// both rows. Causal rows differ in n: keys both rows see go through the
-// pair, the rest through each row alone.
+// p[r][j] * v[j] (p[r] = s + r*BN; a row with n[r] = 0 has alpha 1), a
+// chunk of kWideLanes columns and three rows at a time. Rows that see none
+// of the block (the first rows of a block crossing the diagonal) are
+// skipped.
 void rescale_accumulate_tile(float* acc, const float* alpha, const float* s, const int64_t* n, int64_t rows,
                              const float* v, int64_t head_dim_v) {
   const int64_t Dv = head_dim_v;
+  int64_t first = 0;
+  while (first < rows && n[first] == 0) ++first;
   for (int64_t c = 0; c < Dv;) {
     const size_t vl = vec::setvl_wide(static_cast<size_t>(Dv - c));
-    int64_t r = 0;
-    for (; r + 2 <= rows; r += 2) {
-      const int64_t n0 = n[r], n1 = n[r + 1];
-      if (n0 == 0 && n1 == 0) continue;
-      float* acc0 = acc + r * Dv + c;
-      float* acc1 = acc0 + Dv;
-      vec::VW a0 = vec::mul_wide(vec::load_wide(acc0, vl), alpha[r], vl);
-      vec::VW a1 = vec::mul_wide(vec::load_wide(acc1, vl), alpha[r + 1], vl);
-      const float* p = s + r * BN;
-      const float* vj = v + c;
-      const int64_t both = n0 < n1 ? n0 : n1;
-      int64_t j = 0;
-      for (; j + 2 <= both; j += 2, vj += 2 * Dv) {
-        const vec::VW x0 = vec::load_wide(vj, vl);
-        a0 = vec::fmacc_wide(a0, p[j], x0, vl);
-        a1 = vec::fmacc_wide(a1, p[BN + j], x0, vl);
-        const vec::VW x1 = vec::load_wide(vj + Dv, vl);
-        a0 = vec::fmacc_wide(a0, p[j + 1], x1, vl);
-        a1 = vec::fmacc_wide(a1, p[BN + j + 1], x1, vl);
-      }
-      if (j < both) {
-        const vec::VW x0 = vec::load_wide(vj, vl);
-        a0 = vec::fmacc_wide(a0, p[j], x0, vl);
-        a1 = vec::fmacc_wide(a1, p[BN + j], x0, vl);
-        ++j;
-      }
-      for (int64_t t = j; t < n0; ++t) a0 = vec::fmacc_wide(a0, p[t], vec::load_wide(v + t * Dv + c, vl), vl);
-      for (int64_t t = j; t < n1; ++t) a1 = vec::fmacc_wide(a1, p[BN + t], vec::load_wide(v + t * Dv + c, vl), vl);
-      vec::store_wide(acc0, a0, vl);
-      vec::store_wide(acc1, a1, vl);
-    }
-    if (r < rows && n[r] > 0) {
-      float* acc0 = acc + r * Dv + c;
-      vec::VW a0 = vec::mul_wide(vec::load_wide(acc0, vl), alpha[r], vl);
-      const float* p = s + r * BN;
-      for (int64_t t = 0; t < n[r]; ++t) a0 = vec::fmacc_wide(a0, p[t], vec::load_wide(v + t * Dv + c, vl), vl);
-      vec::store_wide(acc0, a0, vl);
-    }
+    int64_t r = first;
+    for (; r + 3 <= rows; r += 3) accumulate_rows<3>(acc + r * Dv + c, alpha + r, s + r * BN, n + r, v + c, Dv, vl);
+    if (rows - r == 2) accumulate_rows<2>(acc + r * Dv + c, alpha + r, s + r * BN, n + r, v + c, Dv, vl);
+    if (rows - r == 1) accumulate_rows<1>(acc + r * Dv + c, alpha + r, s + r * BN, n + r, v + c, Dv, vl);
     c += static_cast<int64_t>(vl);
   }
 }
