@@ -165,40 +165,63 @@ void gather_k_transposed(float* kt, const Src& src, int64_t k0, int64_t nb, int6
   }
 }
 
+// The two vector widths the GEMMs run at: a wide vector (LMUL 8) for full
+// key blocks and V chunks, a narrow one (vec::VF, LMUL 4) when what is left
+// fits it (a partial block, the last columns of Dv, or Dv = VLEN/8), so a
+// short row does not occupy (and count as) a full wide register group.
+struct Wide {
+  using V = vec::VW;
+  static constexpr size_t kLanes = vec::kWideLanes;
+  static size_t setvl(size_t n) { return vec::setvl_wide(n); }
+  static V load(const float* p, size_t vl) { return vec::load_wide(p, vl); }
+  static void store(float* p, const V& x, size_t vl) { vec::store_wide(p, x, vl); }
+  static V mul(const V& x, float a, size_t vl) { return vec::mul_wide(x, a, vl); }
+  static V fmacc(const V& acc, float a, const V& x, size_t vl) { return vec::fmacc_wide(acc, a, x, vl); }
+};
+struct Narrow {
+  using V = vec::VF;
+  static constexpr size_t kLanes = vec::kLanes;
+  static size_t setvl(size_t n) { return vec::setvl(n); }
+  static V load(const float* p, size_t vl) { return vec::load(p, vl); }
+  static void store(float* p, const V& x, size_t vl) { vec::store(p, x, vl); }
+  static V mul(const V& x, float a, size_t vl) { return vec::mul(x, a, vl); }
+  static V fmacc(const V& acc, float a, const V& x, size_t vl) { return vec::fmacc_ta(acc, a, x, vl); }
+};
+
 // Score rows s[i*BN + j] = sum_d qt[d*BM + i] * kt[d*BN + j] for R query
 // rows i < R and keys j < vl: the R rows (R <= 3: their accumulators and a
 // K^T row fill the register file) share each K^T row load, their
 // multipliers are adjacent in the transposed Q tile (one pointer, constant
 // offsets), and two d per iteration halve the loop bookkeeping.
-template <int R>
+template <typename W, int R>
 void score_rows(float* s, const float* qt, const float* kt, size_t vl, int64_t head_dim) {
   static_assert(R >= 1 && R <= 3, "three wide accumulators and one K^T row fill the registers");
-  const vec::VW first = vec::load_wide(kt, vl);
-  vec::VW a0 = vec::mul_wide(first, qt[0], vl), a1, a2;
-  if constexpr (R >= 2) a1 = vec::mul_wide(first, qt[1], vl);
-  if constexpr (R >= 3) a2 = vec::mul_wide(first, qt[2], vl);
+  const typename W::V first = W::load(kt, vl);
+  typename W::V a0 = W::mul(first, qt[0], vl), a1, a2;
+  if constexpr (R >= 2) a1 = W::mul(first, qt[1], vl);
+  if constexpr (R >= 3) a2 = W::mul(first, qt[2], vl);
   const float* q = qt + BM;
   const float* k = kt + BN;
   int64_t d = 1;
   for (; d + 2 <= head_dim; d += 2, q += 2 * BM, k += 2 * BN) {
-    const vec::VW k0 = vec::load_wide(k, vl);
-    a0 = vec::fmacc_wide(a0, q[0], k0, vl);
-    if constexpr (R >= 2) a1 = vec::fmacc_wide(a1, q[1], k0, vl);
-    if constexpr (R >= 3) a2 = vec::fmacc_wide(a2, q[2], k0, vl);
-    const vec::VW k1 = vec::load_wide(k + BN, vl);
-    a0 = vec::fmacc_wide(a0, q[BM], k1, vl);
-    if constexpr (R >= 2) a1 = vec::fmacc_wide(a1, q[BM + 1], k1, vl);
-    if constexpr (R >= 3) a2 = vec::fmacc_wide(a2, q[BM + 2], k1, vl);
+    const typename W::V k0 = W::load(k, vl);
+    a0 = W::fmacc(a0, q[0], k0, vl);
+    if constexpr (R >= 2) a1 = W::fmacc(a1, q[1], k0, vl);
+    if constexpr (R >= 3) a2 = W::fmacc(a2, q[2], k0, vl);
+    const typename W::V k1 = W::load(k + BN, vl);
+    a0 = W::fmacc(a0, q[BM], k1, vl);
+    if constexpr (R >= 2) a1 = W::fmacc(a1, q[BM + 1], k1, vl);
+    if constexpr (R >= 3) a2 = W::fmacc(a2, q[BM + 2], k1, vl);
   }
   if (d < head_dim) {
-    const vec::VW k0 = vec::load_wide(k, vl);
-    a0 = vec::fmacc_wide(a0, q[0], k0, vl);
-    if constexpr (R >= 2) a1 = vec::fmacc_wide(a1, q[1], k0, vl);
-    if constexpr (R >= 3) a2 = vec::fmacc_wide(a2, q[2], k0, vl);
+    const typename W::V k0 = W::load(k, vl);
+    a0 = W::fmacc(a0, q[0], k0, vl);
+    if constexpr (R >= 2) a1 = W::fmacc(a1, q[1], k0, vl);
+    if constexpr (R >= 3) a2 = W::fmacc(a2, q[2], k0, vl);
   }
-  vec::store_wide(s, a0, vl);
-  if constexpr (R >= 2) vec::store_wide(s + BN, a1, vl);
-  if constexpr (R >= 3) vec::store_wide(s + 2 * BN, a2, vl);
+  W::store(s, a0, vl);
+  if constexpr (R >= 2) W::store(s + BN, a1, vl);
+  if constexpr (R >= 3) W::store(s + 2 * BN, a2, vl);
 }
 
 // The score tile: rows r < rows, keys j < min(nb, limit + r) (row r's
@@ -209,13 +232,32 @@ void score_rows(float* s, const float* qt, const float* kt, size_t vl, int64_t h
 // everything after reads no further.
 void score_tile(float* s, const float* qt, const float* kt, int64_t rows, int64_t nb, int64_t limit,
                 int64_t head_dim) {
-  auto keys = [&](int64_t last_row) {
-    return vec::setvl_wide(static_cast<size_t>(limit + last_row < nb ? limit + last_row : nb));
-  };
+  auto keys = [&](int64_t last_row) { return static_cast<size_t>(limit + last_row < nb ? limit + last_row : nb); };
   int64_t r = 0;
-  for (; r + 3 <= rows; r += 3) score_rows<3>(s + r * BN, qt + r, kt, keys(r + 2), head_dim);
-  if (rows - r == 2) score_rows<2>(s + r * BN, qt + r, kt, keys(r + 1), head_dim);
-  if (rows - r == 1) score_rows<1>(s + r * BN, qt + r, kt, keys(r), head_dim);
+  for (; r + 3 <= rows; r += 3) {
+    const size_t n = keys(r + 2);
+    if (n <= Narrow::kLanes) {
+      score_rows<Narrow, 3>(s + r * BN, qt + r, kt, Narrow::setvl(n), head_dim);
+    } else {
+      score_rows<Wide, 3>(s + r * BN, qt + r, kt, Wide::setvl(n), head_dim);
+    }
+  }
+  // One or two rows left: narrow or wide as their keys need.
+  if (rows - r == 2) {
+    const size_t n = keys(r + 1);
+    if (n <= Narrow::kLanes) {
+      score_rows<Narrow, 2>(s + r * BN, qt + r, kt, Narrow::setvl(n), head_dim);
+    } else {
+      score_rows<Wide, 2>(s + r * BN, qt + r, kt, Wide::setvl(n), head_dim);
+    }
+  } else if (rows - r == 1) {
+    const size_t n = keys(r);
+    if (n <= Narrow::kLanes) {
+      score_rows<Narrow, 1>(s + r * BN, qt + r, kt, Narrow::setvl(n), head_dim);
+    } else {
+      score_rows<Wide, 1>(s + r * BN, qt + r, kt, Wide::setvl(n), head_dim);
+    }
+  }
 }
 
 // One online-softmax step for a row's first ``n`` scores (n >= 1): applies
@@ -246,7 +288,7 @@ float online_softmax_step(float* s, int64_t n, float logit_cap, float* m, float*
   float sum = 0.0f;
   for (int64_t c = 0; c < n;) {
     const size_t vl = vec::setvl(static_cast<size_t>(n - c));
-    const vec::VF pv = vec::exp(vec::sub(vec::load(s + c, vl), m_new, vl), vl);
+    const vec::VF pv = vec::exp_nonpositive(vec::sub(vec::load(s + c, vl), m_new, vl), vl);  // s <= m_new
     sum += vec::reduce_sum(pv, vl);
     vec::store(s + c, v_sc != nullptr ? vec::mul(pv, vec::load(v_sc + c, vl), vl) : pv, vl);
     c += static_cast<int64_t>(vl);
@@ -262,53 +304,64 @@ float online_softmax_step(float* s, int64_t n, float logit_cap, float* m, float*
 // chunk load feeds the R rows, each scalar probability a wide vector.
 // Causal rows differ in n: keys all R rows see go through the group, the
 // rest through each row alone.
-template <int R>
+template <typename W, int R>
 void accumulate_rows(float* acc, const float* alpha, const float* p, const int64_t* n, const float* v, int64_t Dv,
                      size_t vl) {
   static_assert(R >= 1 && R <= 3, "three wide accumulators and one V chunk fill the registers");
-  vec::VW a0 = vec::mul_wide(vec::load_wide(acc, vl), alpha[0], vl), a1, a2;
+  typename W::V a0 = W::mul(W::load(acc, vl), alpha[0], vl), a1, a2;
   int64_t all = n[0];
   if constexpr (R >= 2) {
-    a1 = vec::mul_wide(vec::load_wide(acc + Dv, vl), alpha[1], vl);
+    a1 = W::mul(W::load(acc + Dv, vl), alpha[1], vl);
     all = n[1] < all ? n[1] : all;
   }
   if constexpr (R >= 3) {
-    a2 = vec::mul_wide(vec::load_wide(acc + 2 * Dv, vl), alpha[2], vl);
+    a2 = W::mul(W::load(acc + 2 * Dv, vl), alpha[2], vl);
     all = n[2] < all ? n[2] : all;
   }
   const float* vj = v;
   int64_t j = 0;
   for (; j + 2 <= all; j += 2, vj += 2 * Dv) {
-    const vec::VW x0 = vec::load_wide(vj, vl);
-    a0 = vec::fmacc_wide(a0, p[j], x0, vl);
-    if constexpr (R >= 2) a1 = vec::fmacc_wide(a1, p[BN + j], x0, vl);
-    if constexpr (R >= 3) a2 = vec::fmacc_wide(a2, p[2 * BN + j], x0, vl);
-    const vec::VW x1 = vec::load_wide(vj + Dv, vl);
-    a0 = vec::fmacc_wide(a0, p[j + 1], x1, vl);
-    if constexpr (R >= 2) a1 = vec::fmacc_wide(a1, p[BN + j + 1], x1, vl);
-    if constexpr (R >= 3) a2 = vec::fmacc_wide(a2, p[2 * BN + j + 1], x1, vl);
+    const typename W::V x0 = W::load(vj, vl);
+    a0 = W::fmacc(a0, p[j], x0, vl);
+    if constexpr (R >= 2) a1 = W::fmacc(a1, p[BN + j], x0, vl);
+    if constexpr (R >= 3) a2 = W::fmacc(a2, p[2 * BN + j], x0, vl);
+    const typename W::V x1 = W::load(vj + Dv, vl);
+    a0 = W::fmacc(a0, p[j + 1], x1, vl);
+    if constexpr (R >= 2) a1 = W::fmacc(a1, p[BN + j + 1], x1, vl);
+    if constexpr (R >= 3) a2 = W::fmacc(a2, p[2 * BN + j + 1], x1, vl);
   }
   if (j < all) {
-    const vec::VW x0 = vec::load_wide(vj, vl);
-    a0 = vec::fmacc_wide(a0, p[j], x0, vl);
-    if constexpr (R >= 2) a1 = vec::fmacc_wide(a1, p[BN + j], x0, vl);
-    if constexpr (R >= 3) a2 = vec::fmacc_wide(a2, p[2 * BN + j], x0, vl);
+    const typename W::V x0 = W::load(vj, vl);
+    a0 = W::fmacc(a0, p[j], x0, vl);
+    if constexpr (R >= 2) a1 = W::fmacc(a1, p[BN + j], x0, vl);
+    if constexpr (R >= 3) a2 = W::fmacc(a2, p[2 * BN + j], x0, vl);
   }
-  for (int64_t t = all; t < n[0]; ++t) a0 = vec::fmacc_wide(a0, p[t], vec::load_wide(v + t * Dv, vl), vl);
-  vec::store_wide(acc, a0, vl);
+  for (int64_t t = all; t < n[0]; ++t) a0 = W::fmacc(a0, p[t], W::load(v + t * Dv, vl), vl);
+  W::store(acc, a0, vl);
   if constexpr (R >= 2) {
-    for (int64_t t = all; t < n[1]; ++t) a1 = vec::fmacc_wide(a1, p[BN + t], vec::load_wide(v + t * Dv, vl), vl);
-    vec::store_wide(acc + Dv, a1, vl);
+    for (int64_t t = all; t < n[1]; ++t) a1 = W::fmacc(a1, p[BN + t], W::load(v + t * Dv, vl), vl);
+    W::store(acc + Dv, a1, vl);
   }
   if constexpr (R >= 3) {
-    for (int64_t t = all; t < n[2]; ++t) a2 = vec::fmacc_wide(a2, p[2 * BN + t], vec::load_wide(v + t * Dv, vl), vl);
-    vec::store_wide(acc + 2 * Dv, a2, vl);
+    for (int64_t t = all; t < n[2]; ++t) a2 = W::fmacc(a2, p[2 * BN + t], W::load(v + t * Dv, vl), vl);
+    W::store(acc + 2 * Dv, a2, vl);
   }
+}
+
+// Rows first .. rows - 1 of one chunk of columns, three at a time.
+template <typename W>
+void accumulate_tile_chunk(float* acc, const float* alpha, const float* s, const int64_t* n, int64_t first,
+                           int64_t rows, const float* v, int64_t Dv, size_t vl) {
+  int64_t r = first;
+  for (; r + 3 <= rows; r += 3) accumulate_rows<W, 3>(acc + r * Dv, alpha + r, s + r * BN, n + r, v, Dv, vl);
+  if (rows - r == 2) accumulate_rows<W, 2>(acc + r * Dv, alpha + r, s + r * BN, n + r, v, Dv, vl);
+  if (rows - r == 1) accumulate_rows<W, 1>(acc + r * Dv, alpha + r, s + r * BN, n + r, v, Dv, vl);
 }
 
 // For every row r < rows: acc[r] = acc[r] * alpha[r] + sum_{j < n[r]}
 // p[r][j] * v[j] (p[r] = s + r*BN; a row with n[r] = 0 has alpha 1), a
-// chunk of kWideLanes columns and three rows at a time. Rows that see none
+// chunk of kWideLanes columns (the last one narrow if it fits) and three
+// rows at a time. Rows that see none
 // of the block (the first rows of a block crossing the diagonal) are
 // skipped.
 void rescale_accumulate_tile(float* acc, const float* alpha, const float* s, const int64_t* n, int64_t rows,
@@ -317,11 +370,13 @@ void rescale_accumulate_tile(float* acc, const float* alpha, const float* s, con
   int64_t first = 0;
   while (first < rows && n[first] == 0) ++first;
   for (int64_t c = 0; c < Dv;) {
-    const size_t vl = vec::setvl_wide(static_cast<size_t>(Dv - c));
-    int64_t r = first;
-    for (; r + 3 <= rows; r += 3) accumulate_rows<3>(acc + r * Dv + c, alpha + r, s + r * BN, n + r, v + c, Dv, vl);
-    if (rows - r == 2) accumulate_rows<2>(acc + r * Dv + c, alpha + r, s + r * BN, n + r, v + c, Dv, vl);
-    if (rows - r == 1) accumulate_rows<1>(acc + r * Dv + c, alpha + r, s + r * BN, n + r, v + c, Dv, vl);
+    const size_t left = static_cast<size_t>(Dv - c);
+    if (left <= Narrow::kLanes) {
+      accumulate_tile_chunk<Narrow>(acc + c, alpha, s, n, first, rows, v + c, Dv, Narrow::setvl(left));
+      break;
+    }
+    const size_t vl = Wide::setvl(left);
+    accumulate_tile_chunk<Wide>(acc + c, alpha, s, n, first, rows, v + c, Dv, vl);
     c += static_cast<int64_t>(vl);
   }
 }

@@ -7,13 +7,13 @@
 // vector and Q.K for a query row is D vector FMAs (vfmacc.vf) into it, each
 // scalar multiplier feeding VLEN/4 keys (the LMUL=4 vector of the first
 // design fed half as many, so the scalar load per FMA cost twice as much per
-// key). BLOCK_M (query rows per tile) is 2048/BLOCK_N, an 8 KB f32 score
-// tile, but at least 32 rows, so each gathered and widened K/V block is
-// shared by at least 32 query rows at every VLEN.
+// key). BLOCK_M (query rows per tile) is 4096/BLOCK_N, a 16 KB f32 score
+// tile, but at least 64 rows, so each gathered and widened K/V block is
+// shared by at least 64 query rows at every VLEN.
 //
 //   VLEN      128  256  512  1024   portable
 //   BLOCK_N    32   64  128   256         32
-//   BLOCK_M    64   32   32    32         64
+//   BLOCK_M   128   64   64    64        128
 //
 // The portable build has no VLEN; vec.h gives its VW the vlen128 lane count,
 // so it runs the vlen128 blocking (and the same arithmetic) without
@@ -22,7 +22,7 @@
 // Override either at build time with -DRVV_ATTN_EXTEND_BLOCK_N=<n> and/or
 // -DRVV_ATTN_EXTEND_BLOCK_M=<m> (e.g. through CMAKE_CXX_FLAGS). BLOCK_N may
 // not exceed the VW lane count (the score row is one wide vector); BLOCK_M
-// defaults to max(32, 2048/BLOCK_N) whichever way BLOCK_N was set.
+// defaults to max(64, 4096/BLOCK_N) whichever way BLOCK_N was set.
 #pragma once
 
 #include <cstdint>
@@ -35,7 +35,7 @@
 #endif
 
 #ifndef RVV_ATTN_EXTEND_BLOCK_M
-#define RVV_ATTN_EXTEND_BLOCK_M (2048 / (RVV_ATTN_EXTEND_BLOCK_N) > 32 ? 2048 / (RVV_ATTN_EXTEND_BLOCK_N) : 32)
+#define RVV_ATTN_EXTEND_BLOCK_M (4096 / (RVV_ATTN_EXTEND_BLOCK_N) > 64 ? 4096 / (RVV_ATTN_EXTEND_BLOCK_N) : 64)
 #endif
 
 namespace RVV_ATTN_NS {

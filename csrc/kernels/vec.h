@@ -587,6 +587,30 @@ inline void store_strided(float* p, ptrdiff_t stride_bytes, const VF& x, size_t 
 }
 #endif
 
+// exp_nonpositive(x): exp(x) for x <= 0 or NaN (softmax's s - max), bit for
+// bit what exp() returns for those inputs, in fewer instructions: no clamp
+// to kExpHi and no overflow merge (both are no-ops below 0; a NaN is still
+// clamped to kExpLo by vfmax and restored at the end), and the first Horner
+// step as one vfmacc.vf into a splat of c6 (the same fma(c7, r, c6)).
+#if RVV_ATTN_HAS_RVV
+inline VF exp_nonpositive(VF x, size_t vl) {
+  const VF xc = __riscv_vfmax_vf_f32m4(x, kExpLo, vl);
+  const vint32m4_t n = __riscv_vfcvt_x_f_v_i32m4(__riscv_vfmul_vf_f32m4(xc, kLog2e, vl), vl);
+  const VF nf = __riscv_vfcvt_f_x_v_f32m4(n, vl);
+  VF r = __riscv_vfnmsac_vf_f32m4(xc, kLn2Hi, nf, vl);
+  r = __riscv_vfnmsac_vf_f32m4(r, kLn2Lo, nf, vl);
+  VF p = __riscv_vfmacc_vf_f32m4(splat(kExpC[6], vl), kExpC[7], r, vl);
+  for (int k = 5; k >= 0; --k) p = __riscv_vfmadd_vv_f32m4(p, r, splat(kExpC[k], vl), vl);
+  const vuint32m4_t scale =
+      __riscv_vsll_vx_u32m4(__riscv_vreinterpret_v_i32m4_u32m4(__riscv_vadd_vx_i32m4(n, 127, vl)), 23, vl);
+  VF y = __riscv_vfmul_vv_f32m4(p, __riscv_vreinterpret_v_u32m4_f32m4(scale), vl);
+  y = __riscv_vfmerge_vfm_f32m4(y, 0.0f, __riscv_vmflt_vf_f32m4_b8(x, kExpLo, vl), vl);
+  return __riscv_vmerge_vvm_f32m4(y, x, __riscv_vmfne_vv_f32m4_b8(x, x, vl), vl);
+}
+#else
+inline VF exp_nonpositive(VF x, size_t vl) { return exp(x, vl); }
+#endif
+
 template <DType T, bool kInt8>
 struct CacheTraitsOf {
   using type = Traits<T>;
