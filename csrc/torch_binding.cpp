@@ -70,6 +70,7 @@ TORCH_LIBRARY(rvv_attn, m) {
   m.def("cpu_vlen() -> int", &rvv_attn::cpu_vlen);
   m.def("cpu_features(str probe=\"auto\") -> (str[], int, str)", &rvv_attn::cpu_features);
   m.def("selection_reason() -> str", &rvv_attn::selection_reason_op);
+  m.def("pool_concurrency_probe(float timeout_seconds) -> int", &rvv_attn::ops::pool_concurrency_probe);
 }
 
 TORCH_LIBRARY_IMPL(rvv_attn, CPU, m) {

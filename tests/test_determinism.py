@@ -6,11 +6,11 @@ query block; the KV writes: sequence) and computes each item the same way
 whichever thread takes it, so torch.set_num_threads must not change a single
 bit. Each case has more work items than the largest thread count tried.
 
-Measured while writing this test: the library is compiled without OpenMP, so
-the OpenMP region inside the inline at::parallel_for runs on the calling
-thread and every call is one chunk, whatever torch.set_num_threads says (a
-kernel whose result depended on its chunk boundaries passed). The test holds
-the guarantee for when the operators do run on several threads.
+The operators run their chunks on torch's threads (one chunk per thread of
+torch.set_num_threads); test_the_pool_runs_chunks_at_the_same_time proves
+they really overlap, so the comparison below is not between single-threaded
+runs. (An earlier build used an inlined at::parallel_for whose OpenMP pragma
+the library, compiled without OpenMP, ignored: every call ran on one thread.)
 """
 
 from __future__ import annotations
@@ -74,6 +74,14 @@ CALLS: dict[str, Callable[[], tuple[torch.Tensor, ...]]] = {
     "decode_set_kv_buffer": _kv_write, "decode_attention_cpu": _decode, "extend_attention_cpu": _extend,
     "decode_attention_int8_cpu": _int8_decode, "extend_attention_int8_cpu": _int8_extend,
 }
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_the_pool_runs_chunks_at_the_same_time(kernel_variant, restore_threads, threads):
+    # Each of the `threads` chunks waits for all the others (up to 30 s): only
+    # a pool that runs them at once sees all of them inside together.
+    torch.set_num_threads(threads)
+    assert torch.ops.rvv_attn.pool_concurrency_probe(30.0) == threads
 
 
 @pytest.mark.parametrize("op", list(CALLS))

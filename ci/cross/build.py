@@ -19,10 +19,18 @@ RISCV_WHEEL_TAG = "py3-none-linux_riscv64"
 BUILD_REQUIREMENTS = ["scikit-build-core>=0.10", "setuptools-scm>=8", "cmake>=3.21", "ninja"]
 
 
+# What each of BUILD_REQUIREMENTS leaves in a venv: checking files is instant,
+# while pip's own "already satisfied" check costs seconds per session.
+BUILD_TOOL_MODULES = ("scikit_build_core", "setuptools_scm")
+BUILD_TOOL_PROGRAMS = ("cmake", "ninja")
+
+
 def build_tools_present(venv_bin: Path) -> bool:
-    """True when a venv already has what BUILD_REQUIREMENTS installs."""
-    site = list(venv_bin.parent.glob("lib/python3*/site-packages/scikit_build_core"))
-    return bool(site) and (venv_bin / "cmake").exists() and (venv_bin / "ninja").exists()
+    """True when a venv already has what BUILD_REQUIREMENTS installs (a venv older than a new requirement has not)."""
+    for module in BUILD_TOOL_MODULES:
+        if not list(venv_bin.parent.glob(f"lib/python3*/site-packages/{module}")):
+            return False
+    return all((venv_bin / program).exists() for program in BUILD_TOOL_PROGRAMS)
 
 
 def host_install_args(build_dir: Path = BUILD_DIR / "host", extra_cmake: Sequence[str] = ()) -> list[str]:

@@ -276,3 +276,18 @@ def test_staging_a_tree_copies_the_package_and_library_and_drops_stale_files(tmp
     # Replaced by rename (a new file), so a process holding the old one is unaffected.
     assert (stage / "rvv_attn" / build.LIBRARY).read_bytes() == b"v2"
     assert (stage / "rvv_attn" / build.LIBRARY).stat().st_ino != inode
+
+
+def test_build_tools_count_as_present_only_when_every_requirement_is_there(tmp_path):
+    bin_dir = tmp_path / "venv" / "bin"
+    site = tmp_path / "venv" / "lib" / "python3.11" / "site-packages"
+    bin_dir.mkdir(parents=True)
+    (site / "scikit_build_core").mkdir(parents=True)
+    for program in ("cmake", "ninja"):
+        (bin_dir / program).write_text("")
+    # A venv made before setuptools-scm became a build requirement.
+    assert not build.build_tools_present(bin_dir)
+    (site / "setuptools_scm").mkdir()
+    assert build.build_tools_present(bin_dir)
+    (bin_dir / "ninja").unlink()
+    assert not build.build_tools_present(bin_dir)

@@ -272,7 +272,8 @@ void ops::extend_attention(const char* op, const ops::Int8KvArgs* int8, const at
 
   const int64_t head_dim = q_extend.size(2), head_dim_v = v_extend.size(2);
   const int64_t arena_bytes = table.extend_arena_bytes(head_dim, head_dim_v);
-  const int64_t workers = std::max<int64_t>(1, std::min<int64_t>(at::get_num_threads(), items));
+  // One worker per chunk the pool will run (each owns one arena slice).
+  const int64_t workers = std::max<int64_t>(1, ops::parallel_chunks(items));
   // One allocation per call; the kernel never allocates.
   at::Tensor arena = at::empty({workers * arena_bytes}, at::kByte);
 
