@@ -33,7 +33,7 @@ def expected_blocking(variant: str) -> tuple[int, int]:
 
     An RVV variant runs only at the CPU's VLEN (read from vlenb): BLOCK_N is
     VLEN/4 keys (one float32 LMUL=8 vector), BLOCK_M = 4096/BLOCK_N rows (a
-    16 KB score tile) but at least 64. The portable build uses vlen128's shape.
+    16 KB score tile) but at least 64 rows. The portable build uses vlen128's shape.
     """
     vlen = 128 if variant == "portable" else int(rvv_attn.runtime_info()["cpu_vlen"])
     assert variant in ("portable", f"vlen{vlen}")

@@ -8,8 +8,9 @@
 // scalar multiplier feeding VLEN/4 keys (the LMUL=4 vector of the first
 // design fed half as many, so the scalar load per FMA cost twice as much per
 // key). BLOCK_M (query rows per tile) is 4096/BLOCK_N, a 16 KB f32 score
-// tile, but at least 64 rows, so each gathered and widened K/V block is
-// shared by at least 64 query rows at every VLEN.
+// tile, but at least 64 rows (so 32 KB at VLEN 512, 64 KB at 1024), so
+// each gathered and widened K/V block is shared by at least 64 query rows
+// at every VLEN.
 //
 //   VLEN      128  256  512  1024   portable
 //   BLOCK_N    32   64  128   256         32
