@@ -139,7 +139,8 @@ def decode_mutation(case, data) -> str:
 
 
 # ---- extend attention ----------------------------------------------------------------------------
-# Extend lengths around BLOCK_M / BLOCK_N of every VLEN (BLOCK_N 16..128, BLOCK_M 64..8).
+# Extend lengths around BLOCK_M / BLOCK_N of every VLEN (BLOCK_N 32..256, BLOCK_M 128..64) and the
+# half key blocks (16..128) inside them.
 EXTEND_EDGES = [0, 1, 2, 7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 64, 65]
 
 

@@ -33,8 +33,9 @@ def edges(block: int) -> list[int]:
 
 def test_decode_block_is_derived_from_the_variant_vlen(kernel_variant):
     assert decode_block() == expected_decode_block(kernel_variant)
-    # Extend's key block is the same vector of tokens.
-    assert extend_blocking()[1] == decode_block()
+    # Extend's key block is two of decode's (one wide vector of tokens), so
+    # the extend edges below also fall inside its key blocks.
+    assert extend_blocking()[1] == 2 * decode_block()
 
 
 @pytest.mark.parametrize("head_dim", D_SIZES)
@@ -63,7 +64,9 @@ def test_int8_decode_lengths_around_the_kv_block(kernel_variant, mode, splits, h
 
 def _extend_edges(head_dim: int) -> tuple[list[int], list[int]]:
     """(prefixes, new-token counts): over both head sizes every edge length is a prefix and a new-token count,
-    and the new tokens cross a key block (k + 1, 2k + 1) with and without a prefix ending inside a block."""
+    and the new tokens cross a key block (k + 1, 2k + 1) with and without a prefix ending inside a block.
+    k is decode's key block, half of extend's: extend's rows cross at k a vector of its wide key block and at
+    2k + 1 the block itself."""
     k = decode_block()
     if head_dim == D_SIZES[0]:
         return [k - 1, k + 1], [k, 2 * k + 1]

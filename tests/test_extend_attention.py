@@ -32,13 +32,13 @@ def expected_blocking(variant: str) -> tuple[int, int]:
     """(BLOCK_M, BLOCK_N) the design gives ``variant`` (csrc/kernels/extend_tiling.h).
 
     An RVV variant runs only at the CPU's VLEN (read from vlenb): BLOCK_N is
-    VLEN/8 keys (one float32 LMUL=4 vector), BLOCK_M = 1024/BLOCK_N rows (a
-    4 KB score tile). The portable build uses vlen128's shape.
+    VLEN/4 keys (one float32 LMUL=8 vector), BLOCK_M = 4096/BLOCK_N rows (a
+    16 KB score tile) but at least 64 rows. The portable build uses vlen128's shape.
     """
     vlen = 128 if variant == "portable" else int(rvv_attn.runtime_info()["cpu_vlen"])
     assert variant in ("portable", f"vlen{vlen}")
-    block_n = vlen // 8
-    return 1024 // block_n, block_n
+    block_n = vlen // 4
+    return max(64, 4096 // block_n), block_n
 
 
 @dataclass

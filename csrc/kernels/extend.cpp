@@ -7,16 +7,25 @@
 // worker owns one arena slice (see ArenaLayout) for the whole call.
 //
 // Per item, flash-attention style with an online softmax:
-//   Q tile  q[BLOCK_M x D]    f32, pre-multiplied by sm_scale
+//   Q tile  qt[D x BLOCK_M]   f32, pre-multiplied by sm_scale, transposed
+//           so the multipliers of neighbouring rows are adjacent
 //   stage 1 prefix keys, BLOCK_N at a time, gathered through req_to_token
 //   stage 2 new tokens, BLOCK_N at a time; the causal limit is applied only
 //           to blocks that cross the diagonal
 //   per block: K^T tile kt[D x BLOCK_N] (gathered, widened, transposed),
-//           score tile s[BLOCK_M x BLOCK_N] = q . kt (D vector FMAs per
-//           row), per row: cap, block max, alpha = exp(m_old - m_new),
-//           p = exp(s - m_new), l = l*alpha + sum(p); then the V block
-//           v[BLOCK_N x Dv] and acc[r] = acc[r]*alpha + sum_j p[j] v[j].
+//           score tile s[BLOCK_M x BLOCK_N] = q . kt (D wide-vector FMAs
+//           per row, two rows sharing each K^T load), per row: cap, block
+//           max, alpha = exp(m_old - m_new), p = exp(s - m_new),
+//           l = l*alpha + sum(p); then the V block v[BLOCK_N x Dv] and
+//           acc[r] = acc[r]*alpha + sum_j p[j] v[j], two rows' accumulator
+//           chunks held in registers so each V load feeds both.
 //   finish  o = acc / l, narrowed with round-to-nearest-even.
+//
+// Where the instructions go (why the blocking is what it is): every FMA of
+// both GEMMs takes its multiplier from a scalar register loaded from the
+// tile (flw), so what the loops cost per query-key pair is set by how many
+// lanes one scalar multiplier feeds (a whole wide vector of keys in Q.K, a
+// wide vector of Dv in P.V) and how many rows share each vector load.
 //
 // int8 KV cache (p.kv_int8): the prefix is read through vec::Int8Traits.
 // Dynamic scales are gathered per block before its GEMMs and applied once
@@ -32,7 +41,8 @@
 //
 // A row's causal limit is a prefix of the block's keys (keys k0..q_index),
 // so masking is a shorter vector length for that row: no mask vector, no
-// -inf arithmetic, and a row that sees nothing of a block skips it.
+// -inf arithmetic, and a row that sees nothing of a block skips it (its
+// scores are not even computed).
 #include <cstdint>
 #include <limits>
 
@@ -53,7 +63,7 @@ constexpr int64_t BN = ExtendTiling::block_n;
 // is the only place sizes are computed: extend_arena_bytes() reports its
 // total to the binding, which allocates workers * total once per call.
 struct ArenaLayout {
-  int64_t q;      // [BLOCK_M x D]      Q tile, f32, pre-scaled
+  int64_t q;      // [D x BLOCK_M]      Q tile transposed, f32, pre-scaled: q[d*BM + r]
   int64_t kt;     // [D x BLOCK_N]      K block transposed: kt[d*BN + j] = K[j][d]
   int64_t s;      // [BLOCK_M x BLOCK_N] scores, then probabilities
   int64_t v;      // [BLOCK_N x Dv]     V block, f32
@@ -143,78 +153,230 @@ struct ExtendRows {
 // ---- row operations on the tiles ---------------------------------------------
 
 // kt[d*BN + j] = K[k0 + j][d] for j < nb: one indexed load per d gathers
-// column d of the block's K rows, already transposed and widened to f32.
+// column d of the block's K rows, already transposed and widened to f32, a
+// vec::VF of keys (half a key block) at a time.
 template <typename Tr, typename Src>
 void gather_k_transposed(float* kt, const Src& src, int64_t k0, int64_t nb, int64_t head_dim) {
-  const size_t vl = vec::setvl(static_cast<size_t>(nb));
-  const vec::VIdx off = src.k_offsets(k0, vl);
-  for (int64_t d = 0; d < head_dim; ++d) {
-    vec::store(kt + d * BN, Tr::gather(src.k + d, off, vl), vl);
+  for (int64_t j0 = 0; j0 < nb;) {
+    const size_t vl = vec::setvl(static_cast<size_t>(nb - j0));
+    const vec::VIdx off = src.k_offsets(k0 + j0, vl);
+    for (int64_t d = 0; d < head_dim; ++d) vec::store(kt + d * BN + j0, Tr::gather(src.k + d, off, vl), vl);
+    j0 += static_cast<int64_t>(vl);
   }
 }
 
-// s[r*BN + j] = sum_d q[r*D + d] * kt[d*BN + j], for rows < rows and keys
-// j < nb, four query rows at a time so each K^T row load feeds four FMAs.
-// Accumulators start at zero over the whole vector and the FMAs are
-// tail-undisturbed, so lanes nb..BN of the stored rows are 0, not whatever
-// an agnostic tail left there.
-void score_tile(float* s, const float* q, const float* kt, int64_t rows, int64_t nb, int64_t head_dim) {
-  const size_t vl = vec::setvl(static_cast<size_t>(nb));
-  int64_t r = 0;
-  for (; r + 4 <= rows; r += 4) {
-    const float* q0 = q + r * head_dim;
-    vec::VF a0 = vec::zeros(), a1 = vec::zeros(), a2 = vec::zeros(), a3 = vec::zeros();
-    for (int64_t d = 0; d < head_dim; ++d) {
-      const vec::VF k = vec::load(kt + d * BN, vl);
-      a0 = vec::fmacc(a0, q0[d], k, vl);
-      a1 = vec::fmacc(a1, q0[head_dim + d], k, vl);
-      a2 = vec::fmacc(a2, q0[2 * head_dim + d], k, vl);
-      a3 = vec::fmacc(a3, q0[3 * head_dim + d], k, vl);
-    }
-    vec::store(s + r * BN, a0, BN);
-    vec::store(s + (r + 1) * BN, a1, BN);
-    vec::store(s + (r + 2) * BN, a2, BN);
-    vec::store(s + (r + 3) * BN, a3, BN);
+// The two vector widths the GEMMs run at: a wide vector (LMUL 8) for full
+// key blocks and V chunks, a narrow one (vec::VF, LMUL 4) when what is left
+// fits it (a partial block, the last columns of Dv, or Dv = VLEN/8), so a
+// short row does not occupy (and count as) a full wide register group.
+struct Wide {
+  using V = vec::VW;
+  static constexpr size_t kLanes = vec::kWideLanes;
+  static size_t setvl(size_t n) { return vec::setvl_wide(n); }
+  static V load(const float* p, size_t vl) { return vec::load_wide(p, vl); }
+  static void store(float* p, const V& x, size_t vl) { vec::store_wide(p, x, vl); }
+  static V mul(const V& x, float a, size_t vl) { return vec::mul_wide(x, a, vl); }
+  static V fmacc(const V& acc, float a, const V& x, size_t vl) { return vec::fmacc_wide(acc, a, x, vl); }
+};
+struct Narrow {
+  using V = vec::VF;
+  static constexpr size_t kLanes = vec::kLanes;
+  static size_t setvl(size_t n) { return vec::setvl(n); }
+  static V load(const float* p, size_t vl) { return vec::load(p, vl); }
+  static void store(float* p, const V& x, size_t vl) { vec::store(p, x, vl); }
+  static V mul(const V& x, float a, size_t vl) { return vec::mul(x, a, vl); }
+  static V fmacc(const V& acc, float a, const V& x, size_t vl) { return vec::fmacc_ta(acc, a, x, vl); }
+};
+
+// Score rows s[i*BN + j] = sum_d qt[d*BM + i] * kt[d*BN + j] for R query
+// rows i < R and keys j < vl: the R rows (R <= 3: their accumulators and a
+// K^T row fill the register file) share each K^T row load, their
+// multipliers are adjacent in the transposed Q tile (one pointer, constant
+// offsets), and two d per iteration halve the loop bookkeeping.
+template <typename W, int R>
+void score_rows(float* s, const float* qt, const float* kt, size_t vl, int64_t head_dim) {
+  static_assert(R >= 1 && R <= 3, "three wide accumulators and one K^T row fill the registers");
+  const typename W::V first = W::load(kt, vl);
+  typename W::V a0 = W::mul(first, qt[0], vl), a1, a2;
+  if constexpr (R >= 2) a1 = W::mul(first, qt[1], vl);
+  if constexpr (R >= 3) a2 = W::mul(first, qt[2], vl);
+  const float* q = qt + BM;
+  const float* k = kt + BN;
+  int64_t d = 1;
+  for (; d + 2 <= head_dim; d += 2, q += 2 * BM, k += 2 * BN) {
+    const typename W::V k0 = W::load(k, vl);
+    a0 = W::fmacc(a0, q[0], k0, vl);
+    if constexpr (R >= 2) a1 = W::fmacc(a1, q[1], k0, vl);
+    if constexpr (R >= 3) a2 = W::fmacc(a2, q[2], k0, vl);
+    const typename W::V k1 = W::load(k + BN, vl);
+    a0 = W::fmacc(a0, q[BM], k1, vl);
+    if constexpr (R >= 2) a1 = W::fmacc(a1, q[BM + 1], k1, vl);
+    if constexpr (R >= 3) a2 = W::fmacc(a2, q[BM + 2], k1, vl);
   }
-  for (; r < rows; ++r) {
-    vec::VF a = vec::zeros();
-    for (int64_t d = 0; d < head_dim; ++d) a = vec::fmacc(a, q[r * head_dim + d], vec::load(kt + d * BN, vl), vl);
-    vec::store(s + r * BN, a, BN);
+  if (d < head_dim) {
+    const typename W::V k0 = W::load(k, vl);
+    a0 = W::fmacc(a0, q[0], k0, vl);
+    if constexpr (R >= 2) a1 = W::fmacc(a1, q[1], k0, vl);
+    if constexpr (R >= 3) a2 = W::fmacc(a2, q[2], k0, vl);
+  }
+  W::store(s, a0, vl);
+  if constexpr (R >= 2) W::store(s + BN, a1, vl);
+  if constexpr (R >= 3) W::store(s + 2 * BN, a2, vl);
+}
+
+// The score tile: rows r < rows, keys j < min(nb, limit + r) (row r's
+// causal limit; limit >= nb for a block every row sees in full). A key
+// block is one wide vector (vec::VW), so each scalar multiplier feeds
+// kWideLanes keys; a row group stops at the keys its last row sees. Only
+// those lanes of the score rows are written (the FMAs are tail-agnostic);
+// everything after reads no further.
+void score_tile(float* s, const float* qt, const float* kt, int64_t rows, int64_t nb, int64_t limit,
+                int64_t head_dim) {
+  auto keys = [&](int64_t last_row) { return static_cast<size_t>(limit + last_row < nb ? limit + last_row : nb); };
+  int64_t r = 0;
+  for (; r + 3 <= rows; r += 3) {
+    const size_t n = keys(r + 2);
+    if (n <= Narrow::kLanes) {
+      score_rows<Narrow, 3>(s + r * BN, qt + r, kt, Narrow::setvl(n), head_dim);
+    } else {
+      score_rows<Wide, 3>(s + r * BN, qt + r, kt, Wide::setvl(n), head_dim);
+    }
+  }
+  // One or two rows left: narrow or wide as their keys need.
+  if (rows - r == 2) {
+    const size_t n = keys(r + 1);
+    if (n <= Narrow::kLanes) {
+      score_rows<Narrow, 2>(s + r * BN, qt + r, kt, Narrow::setvl(n), head_dim);
+    } else {
+      score_rows<Wide, 2>(s + r * BN, qt + r, kt, Wide::setvl(n), head_dim);
+    }
+  } else if (rows - r == 1) {
+    const size_t n = keys(r);
+    if (n <= Narrow::kLanes) {
+      score_rows<Narrow, 1>(s + r * BN, qt + r, kt, Narrow::setvl(n), head_dim);
+    } else {
+      score_rows<Wide, 1>(s + r * BN, qt + r, kt, Wide::setvl(n), head_dim);
+    }
   }
 }
 
 // One online-softmax step for a row's first ``n`` scores (n >= 1): applies
 // the cap, updates the running max *m and sum *l, leaves p = exp(s - m_new)
 // in s and returns alpha = exp(m_old - m_new), the factor the row's
-// accumulator must be rescaled by.
-// With ``scaled`` (int8 cache, dynamic scales), the scores are first
-// multiplied by the keys' scales k_sc, and the probabilities stored in s by
-// the values' scales v_sc (flags k_dyn / v_dyn); the sum l is unscaled.
-float online_softmax_step(float* s, int64_t n, float logit_cap, float* m, float* l, bool k_dyn, const vec::VF& k_sc,
-                          bool v_dyn, const vec::VF& v_sc) {
-  const size_t vl = vec::setvl(static_cast<size_t>(n));
-  vec::VF x = vec::load(s, vl);
-  if (k_dyn) x = vec::mul(x, k_sc, vl);
-  if (logit_cap > 0) x = vec::softcap(x, logit_cap, vl);
-  const float block_max = vec::reduce_max(x, vl);
+// accumulator must be rescaled by. The row (up to a wide vector of keys) is
+// handled a vec::VF at a time: a first pass finds the block max (storing
+// the capped or scaled scores back), a second takes the exponentials.
+// With ``k_sc`` / ``v_sc`` (int8 cache, per-token scales; null when absent),
+// the scores are first multiplied by the keys' scales, and the
+// probabilities stored in s by the values' scales; the sum l is unscaled.
+float online_softmax_step(float* s, int64_t n, float logit_cap, float* m, float* l, const float* k_sc,
+                          const float* v_sc) {
+  float block_max = -std::numeric_limits<float>::infinity();
+  for (int64_t c = 0; c < n;) {
+    const size_t vl = vec::setvl(static_cast<size_t>(n - c));
+    vec::VF x = vec::load(s + c, vl);
+    if (k_sc != nullptr) x = vec::mul(x, vec::load(k_sc + c, vl), vl);
+    if (logit_cap > 0) x = vec::softcap(x, logit_cap, vl);
+    if (k_sc != nullptr || logit_cap > 0) vec::store(s + c, x, vl);
+    const float chunk_max = vec::reduce_max(x, vl);
+    block_max = chunk_max > block_max ? chunk_max : block_max;
+    c += static_cast<int64_t>(vl);
+  }
   const float m_new = block_max > *m ? block_max : *m;
   // exp(-inf) = 0 on a row's first step: the empty accumulator stays 0.
   const float alpha = vec::exp_scalar(*m - m_new);
-  const vec::VF pv = vec::exp(vec::sub(x, m_new, vl), vl);
-  *l = *l * alpha + vec::reduce_sum(pv, vl);
-  vec::store(s, v_dyn ? vec::mul(pv, v_sc, vl) : pv, vl);
+  float sum = 0.0f;
+  for (int64_t c = 0; c < n;) {
+    const size_t vl = vec::setvl(static_cast<size_t>(n - c));
+    const vec::VF pv = vec::exp_nonpositive(vec::sub(vec::load(s + c, vl), m_new, vl), vl);  // s <= m_new
+    sum += vec::reduce_sum(pv, vl);
+    vec::store(s + c, v_sc != nullptr ? vec::mul(pv, vec::load(v_sc + c, vl), vl) : pv, vl);
+    c += static_cast<int64_t>(vl);
+  }
+  *l = *l * alpha + sum;
   *m = m_new;
   return alpha;
 }
 
-// acc[0:Dv] = acc * alpha + sum_{j < n} p[j] * v[j*Dv : j*Dv + Dv], one
-// vector of Dv at a time held in a register across all n tokens.
-void rescale_accumulate(float* acc, float alpha, const float* p, int64_t n, const float* v, int64_t head_dim_v) {
-  for (int64_t c = 0; c < head_dim_v;) {
-    const size_t vl = vec::setvl(static_cast<size_t>(head_dim_v - c));
-    vec::VF a = vec::mul(vec::load(acc + c, vl), alpha, vl);
-    for (int64_t j = 0; j < n; ++j) a = vec::fmacc_ta(a, p[j], vec::load(v + j * head_dim_v + c, vl), vl);
-    vec::store(acc + c, a, vl);
+// acc[i] = acc[i] * alpha[i] + sum_{j < n[i]} p[i][j] * v[j] (p[i] = s + i*BN)
+// over one chunk of vl <= kWideLanes columns, for R <= 3 rows whose
+// accumulator chunks stay in registers across the block's keys: each V
+// chunk load feeds the R rows, each scalar probability a wide vector.
+// Causal rows differ in n: keys all R rows see go through the group, the
+// rest through each row alone.
+template <typename W, int R>
+void accumulate_rows(float* acc, const float* alpha, const float* p, const int64_t* n, const float* v, int64_t Dv,
+                     size_t vl) {
+  static_assert(R >= 1 && R <= 3, "three wide accumulators and one V chunk fill the registers");
+  typename W::V a0 = W::mul(W::load(acc, vl), alpha[0], vl), a1, a2;
+  int64_t all = n[0];
+  if constexpr (R >= 2) {
+    a1 = W::mul(W::load(acc + Dv, vl), alpha[1], vl);
+    all = n[1] < all ? n[1] : all;
+  }
+  if constexpr (R >= 3) {
+    a2 = W::mul(W::load(acc + 2 * Dv, vl), alpha[2], vl);
+    all = n[2] < all ? n[2] : all;
+  }
+  const float* vj = v;
+  int64_t j = 0;
+  for (; j + 2 <= all; j += 2, vj += 2 * Dv) {
+    const typename W::V x0 = W::load(vj, vl);
+    a0 = W::fmacc(a0, p[j], x0, vl);
+    if constexpr (R >= 2) a1 = W::fmacc(a1, p[BN + j], x0, vl);
+    if constexpr (R >= 3) a2 = W::fmacc(a2, p[2 * BN + j], x0, vl);
+    const typename W::V x1 = W::load(vj + Dv, vl);
+    a0 = W::fmacc(a0, p[j + 1], x1, vl);
+    if constexpr (R >= 2) a1 = W::fmacc(a1, p[BN + j + 1], x1, vl);
+    if constexpr (R >= 3) a2 = W::fmacc(a2, p[2 * BN + j + 1], x1, vl);
+  }
+  if (j < all) {
+    const typename W::V x0 = W::load(vj, vl);
+    a0 = W::fmacc(a0, p[j], x0, vl);
+    if constexpr (R >= 2) a1 = W::fmacc(a1, p[BN + j], x0, vl);
+    if constexpr (R >= 3) a2 = W::fmacc(a2, p[2 * BN + j], x0, vl);
+  }
+  for (int64_t t = all; t < n[0]; ++t) a0 = W::fmacc(a0, p[t], W::load(v + t * Dv, vl), vl);
+  W::store(acc, a0, vl);
+  if constexpr (R >= 2) {
+    for (int64_t t = all; t < n[1]; ++t) a1 = W::fmacc(a1, p[BN + t], W::load(v + t * Dv, vl), vl);
+    W::store(acc + Dv, a1, vl);
+  }
+  if constexpr (R >= 3) {
+    for (int64_t t = all; t < n[2]; ++t) a2 = W::fmacc(a2, p[2 * BN + t], W::load(v + t * Dv, vl), vl);
+    W::store(acc + 2 * Dv, a2, vl);
+  }
+}
+
+// Rows first .. rows - 1 of one chunk of columns, three at a time.
+template <typename W>
+void accumulate_tile_chunk(float* acc, const float* alpha, const float* s, const int64_t* n, int64_t first,
+                           int64_t rows, const float* v, int64_t Dv, size_t vl) {
+  int64_t r = first;
+  for (; r + 3 <= rows; r += 3) accumulate_rows<W, 3>(acc + r * Dv, alpha + r, s + r * BN, n + r, v, Dv, vl);
+  if (rows - r == 2) accumulate_rows<W, 2>(acc + r * Dv, alpha + r, s + r * BN, n + r, v, Dv, vl);
+  if (rows - r == 1) accumulate_rows<W, 1>(acc + r * Dv, alpha + r, s + r * BN, n + r, v, Dv, vl);
+}
+
+// For every row r < rows: acc[r] = acc[r] * alpha[r] + sum_{j < n[r]}
+// p[r][j] * v[j] (p[r] = s + r*BN; a row with n[r] = 0 has alpha 1), a
+// chunk of kWideLanes columns (the last one narrow if it fits) and three
+// rows at a time. Rows that see none
+// of the block (the first rows of a block crossing the diagonal) are
+// skipped.
+void rescale_accumulate_tile(float* acc, const float* alpha, const float* s, const int64_t* n, int64_t rows,
+                             const float* v, int64_t head_dim_v) {
+  const int64_t Dv = head_dim_v;
+  int64_t first = 0;
+  while (first < rows && n[first] == 0) ++first;
+  for (int64_t c = 0; c < Dv;) {
+    const size_t left = static_cast<size_t>(Dv - c);
+    if (left <= Narrow::kLanes) {
+      accumulate_tile_chunk<Narrow>(acc + c, alpha, s, n, first, rows, v + c, Dv, Narrow::setvl(left));
+      break;
+    }
+    const size_t vl = Wide::setvl(left);
+    accumulate_tile_chunk<Wide>(acc + c, alpha, s, n, first, rows, v + c, Dv, vl);
     c += static_cast<int64_t>(vl);
   }
 }
@@ -229,12 +391,13 @@ void load_row(float* dst, const typename Tr::Elem* src, int64_t n) {
   }
 }
 
-// dst[0:n] = widen(src[0:n]) * scale.
+// dst[i*BM] = widen(src[i]) * scale for i < n: a query row into column
+// dst of the transposed Q tile.
 template <typename Tr>
-void load_row_scaled(float* dst, const typename Tr::Elem* src, int64_t n, float scale) {
+void load_row_scaled_transposed(float* dst, const typename Tr::Elem* src, int64_t n, float scale) {
   for (int64_t c = 0; c < n;) {
     const size_t vl = vec::setvl(static_cast<size_t>(n - c));
-    vec::store(dst + c, vec::mul(Tr::load(src + c, vl), scale, vl), vl);
+    vec::store_strided(dst + c * BM, BM * 4, vec::mul(Tr::load(src + c, vl), scale, vl), vl);
     c += static_cast<int64_t>(vl);
   }
 }
@@ -282,42 +445,61 @@ void attend_block(const Item& it, const Src& src, int64_t k0, int64_t nb, int64_
   const int64_t Dv = p.head_dim_v;
   gather_k_transposed<Tr>(w.kt, src, k0, nb, p.head_dim);
   // Pre-gather the block's per-token scales before its GEMMs.
-  vec::VF k_sc = vec::zeros(), v_sc = vec::zeros();
-  bool k_dyn = false, v_dyn = false;
+  float k_scales[BN], v_scales[BN];
+  const float* k_sc = nullptr;
+  const float* v_sc = nullptr;
   if constexpr (kQ8) {
-    k_dyn = it.k_dyn;
-    v_dyn = it.v_dyn;
-    const size_t vl = vec::setvl(static_cast<size_t>(nb));
-    if (k_dyn) {
-      k_sc = vec::Traits<rvv_attn::DType::Float32>::gather(
-          p.scales.k_scale_buf, src.slot_offsets(k0, vl, p.scales.k_scale_stride_t * 4, it.hkv * p.scales.k_scale_stride_h * 4), vl);
+    for (int64_t j0 = 0; j0 < nb;) {
+      const size_t vl = vec::setvl(static_cast<size_t>(nb - j0));
+      using F32 = vec::Traits<rvv_attn::DType::Float32>;
+      if (it.k_dyn) {
+        vec::store(k_scales + j0,
+                   F32::gather(p.scales.k_scale_buf,
+                               src.slot_offsets(k0 + j0, vl, p.scales.k_scale_stride_t * 4,
+                                                it.hkv * p.scales.k_scale_stride_h * 4),
+                               vl),
+                   vl);
+      } else if (it.k_const > 0.0f) {
+        vec::store(k_scales + j0, vec::splat(it.k_const, vl), vl);
+      }
+      if (it.v_dyn) {
+        vec::store(v_scales + j0,
+                   F32::gather(p.scales.v_scale_buf,
+                               src.slot_offsets(k0 + j0, vl, p.scales.v_scale_stride_t * 4,
+                                                it.hkv * p.scales.v_scale_stride_h * 4),
+                               vl),
+                   vl);
+      } else if (it.v_const > 0.0f) {
+        vec::store(v_scales + j0, vec::splat(it.v_const, vl), vl);
+      }
+      j0 += static_cast<int64_t>(vl);
     }
-    if (v_dyn) {
-      v_sc = vec::Traits<rvv_attn::DType::Float32>::gather(
-          p.scales.v_scale_buf, src.slot_offsets(k0, vl, p.scales.v_scale_stride_t * 4, it.hkv * p.scales.v_scale_stride_h * 4), vl);
-    }
-    if (it.k_const > 0.0f) {
-      k_sc = vec::splat(it.k_const, vl);
-      k_dyn = true;
-    }
-    if (it.v_const > 0.0f) {
-      v_sc = vec::splat(it.v_const, vl);
-      v_dyn = true;
-    }
+    if (it.k_dyn || it.k_const > 0.0f) k_sc = k_scales;
+    if (it.v_dyn || it.v_const > 0.0f) v_sc = v_scales;
   }
-  score_tile(w.s, w.q, w.kt, it.rows, nb, p.head_dim);
+  // Rows before first_row see none of a block that crosses the diagonal
+  // (it lies in their future): their scores are never needed.
+  // Row r sees keys j < limit + r of the block (all nb when limit >= nb).
+  const int64_t first_row = diag >= 0 && k0 > diag ? k0 - diag : 0;
+  const int64_t limit = diag >= 0 ? diag - k0 + 1 : nb;
+  score_tile(w.s + first_row * BN, w.q + first_row, w.kt, it.rows - first_row, nb, limit + first_row,
+             p.head_dim);
   for (int64_t j = 0; j < nb; ++j) load_row<Tr>(w.v + j * Dv, src.v_row(k0 + j), Dv);
+  float alpha[BM];
+  int64_t seen[BM];  // keys of the block each row sees
   for (int64_t r = 0; r < it.rows; ++r) {
     int64_t n = nb;
     if (diag >= 0) {
       const int64_t last = diag + r - k0;  // the row's last visible key, relative to k0
       n = last < 0 ? 0 : (last + 1 < nb ? last + 1 : nb);
-      if (n == 0) continue;  // the whole block is in this row's future
     }
-    float* s = w.s + r * BN;
-    const float alpha = online_softmax_step(s, n, p.logit_cap, &w.m[r], &w.l[r], k_dyn, k_sc, v_dyn, v_sc);
-    rescale_accumulate(w.acc + r * Dv, alpha, s, n, w.v, Dv);
+    seen[r] = n;
+    // A row that sees nothing of the block (all of it in the row's future)
+    // keeps its state: alpha 1 and no keys.
+    alpha[r] = n == 0 ? 1.0f
+                      : online_softmax_step(w.s + r * BN, n, p.logit_cap, &w.m[r], &w.l[r], k_sc, v_sc);
   }
+  rescale_accumulate_tile(w.acc, alpha, w.s, seen, it.rows, w.v, Dv);
 }
 
 // Stage 2 of an item whose first query row is new token m0: new tokens
@@ -363,7 +545,7 @@ void run_item(const rvv_attn::ExtendParams& p, const Scratch& w, int64_t b, int6
   // per row by vec::softcap (cap * tanh(s / cap)).
   const E* q = static_cast<const E*>(p.q) + row0 * p.q_stride_t + h * p.q_stride_h;
   for (int64_t r = 0; r < rows; ++r) {
-    load_row_scaled<Tr>(w.q + r * D, q + r * p.q_stride_t, D, q_scale);
+    load_row_scaled_transposed<Tr>(w.q + r, q + r * p.q_stride_t, D, q_scale);
     w.m[r] = -std::numeric_limits<float>::infinity();
     w.l[r] = 0.f;
     fill_zero(w.acc + r * Dv, Dv);

@@ -1,27 +1,29 @@
 // The extend kernel's score-tile shape: the one place BLOCK_M and BLOCK_N
 // are chosen.
 //
-// BLOCK_N (keys per tile) is vec::kBlockN, the KV block size vec.h derives
-// from the VLEN for both attention kernels: the lane count of one vec::VF
-// (a float32 LMUL=4 register group), VLEN/8 in an RVV variant. A
-// score row s_i[0:BLOCK_N] is then a single vector and Q.K for one query
-// row is D vector FMAs (vfmacc.vf) into it. BLOCK_M (query rows per tile) is
-// 1024/BLOCK_N, so the f32 score tile is 4 KB at every VLEN: it stays in L1
-// next to K^T and the V block, and a narrower vector unit gets more rows per
-// tile to amortise each K/V gather over.
+// BLOCK_N (keys per tile) is vec::kWideLanes, the lane count of one
+// vec::VW (a float32 LMUL=8 register group), VLEN/4 in an RVV variant: twice
+// decode's KV block. A score row s_i[0:BLOCK_N] is then a single wide
+// vector and Q.K for a query row is D vector FMAs (vfmacc.vf) into it, each
+// scalar multiplier feeding VLEN/4 keys (the LMUL=4 vector of the first
+// design fed half as many, so the scalar load per FMA cost twice as much per
+// key). BLOCK_M (query rows per tile) is 4096/BLOCK_N, a 16 KB f32 score
+// tile, but at least 64 rows (so 32 KB at VLEN 512, 64 KB at 1024), so
+// each gathered and widened K/V block is shared by at least 64 query rows
+// at every VLEN.
 //
 //   VLEN      128  256  512  1024   portable
-//   BLOCK_N    16   32   64   128         16
-//   BLOCK_M    64   32   16     8         64
+//   BLOCK_N    32   64  128   256         32
+//   BLOCK_M   128   64   64    64        128
 //
-// The portable build has no VLEN; vec.h gives its VF the vlen128 lane count,
+// The portable build has no VLEN; vec.h gives its VW the vlen128 lane count,
 // so it runs the vlen128 blocking (and the same arithmetic) without
 // intrinsics.
 //
 // Override either at build time with -DRVV_ATTN_EXTEND_BLOCK_N=<n> and/or
 // -DRVV_ATTN_EXTEND_BLOCK_M=<m> (e.g. through CMAKE_CXX_FLAGS). BLOCK_N may
-// not exceed the VF lane count (the score row is one vector); BLOCK_M
-// defaults to 1024/BLOCK_N whichever way BLOCK_N was set.
+// not exceed the VW lane count (the score row is one wide vector); BLOCK_M
+// defaults to max(64, 4096/BLOCK_N) whichever way BLOCK_N was set.
 #pragma once
 
 #include <cstdint>
@@ -30,11 +32,11 @@
 #include "variant.h"
 
 #ifndef RVV_ATTN_EXTEND_BLOCK_N
-#define RVV_ATTN_EXTEND_BLOCK_N (static_cast<int64_t>(vec::kBlockN))
+#define RVV_ATTN_EXTEND_BLOCK_N (static_cast<int64_t>(vec::kWideLanes))
 #endif
 
 #ifndef RVV_ATTN_EXTEND_BLOCK_M
-#define RVV_ATTN_EXTEND_BLOCK_M (1024 / (RVV_ATTN_EXTEND_BLOCK_N))
+#define RVV_ATTN_EXTEND_BLOCK_M (4096 / (RVV_ATTN_EXTEND_BLOCK_N) > 64 ? 4096 / (RVV_ATTN_EXTEND_BLOCK_N) : 64)
 #endif
 
 namespace RVV_ATTN_NS {
@@ -43,8 +45,8 @@ struct ExtendTiling {
   static constexpr int64_t block_n = RVV_ATTN_EXTEND_BLOCK_N;
   static constexpr int64_t block_m = RVV_ATTN_EXTEND_BLOCK_M;
   static_assert(block_n >= 1 && block_m >= 1, "extend tile dimensions must be positive");
-  static_assert(block_n <= static_cast<int64_t>(vec::kLanes),
-                "BLOCK_N must fit one vec::VF (VLEN/8 floats): the score row is one vector");
+  static_assert(block_n <= static_cast<int64_t>(vec::kWideLanes),
+                "BLOCK_N must fit one vec::VW (VLEN/4 floats): a score row is one wide vector");
 };
 
 }  // namespace RVV_ATTN_NS

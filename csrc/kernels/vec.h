@@ -540,6 +540,77 @@ struct Int8Traits {
 };
 #endif
 
+// ===========================================================================
+// Added for the extend kernel's register-blocked GEMMs (csrc/kernels/extend.cpp).
+//
+// VW: a wide float32 vector of up to kWideLanes = 2 * kLanes values (LMUL=8
+// in the RVV build). P.V keeps two query rows' accumulator chunks of this
+// width in registers plus one V chunk (3 of the 4 LMUL-8 groups), so each
+// scalar probability feeds twice the lanes of a VF and each V load feeds two
+// rows. fmacc_wide is tail-agnostic: its accumulators' vl never changes.
+// store_strided: p[i * stride_bytes / 4] = x[i] for i < vl (the query tile
+// stored transposed, so the four multipliers of a Q.K step are adjacent).
+constexpr size_t kWideLanes = 2 * kLanes;
+#if RVV_ATTN_HAS_RVV
+using VW = vfloat32m8_t;
+inline size_t setvl_wide(size_t n) { return __riscv_vsetvl_e32m8(n); }
+inline VW load_wide(const float* p, size_t vl) { return __riscv_vle32_v_f32m8(p, vl); }
+inline void store_wide(float* p, VW x, size_t vl) { __riscv_vse32_v_f32m8(p, x, vl); }
+inline VW mul_wide(VW x, float a, size_t vl) { return __riscv_vfmul_vf_f32m8(x, a, vl); }
+inline VW fmacc_wide(VW acc, float a, VW x, size_t vl) { return __riscv_vfmacc_vf_f32m8(acc, a, x, vl); }
+inline void store_strided(float* p, ptrdiff_t stride_bytes, VF x, size_t vl) {
+  __riscv_vsse32_v_f32m4(p, stride_bytes, x, vl);
+}
+#else
+struct VW {
+  float v[kWideLanes];
+};
+inline size_t setvl_wide(size_t n) { return n < kWideLanes ? n : kWideLanes; }
+inline VW load_wide(const float* p, size_t vl) {
+  VW r{};
+  for (size_t i = 0; i < vl; ++i) r.v[i] = p[i];
+  return r;
+}
+inline void store_wide(float* p, const VW& x, size_t vl) {
+  for (size_t i = 0; i < vl; ++i) p[i] = x.v[i];
+}
+inline VW mul_wide(VW x, float a, size_t vl) {
+  for (size_t i = 0; i < vl; ++i) x.v[i] *= a;
+  return x;
+}
+inline VW fmacc_wide(VW acc, float a, const VW& x, size_t vl) {
+  for (size_t i = 0; i < vl; ++i) acc.v[i] += a * x.v[i];
+  return acc;
+}
+inline void store_strided(float* p, ptrdiff_t stride_bytes, const VF& x, size_t vl) {
+  for (size_t i = 0; i < vl; ++i) p[static_cast<ptrdiff_t>(i) * (stride_bytes / 4)] = x.v[i];
+}
+#endif
+
+// exp_nonpositive(x): exp(x) for x <= 0 or NaN (softmax's s - max), bit for
+// bit what exp() returns for those inputs, in fewer instructions: no clamp
+// to kExpHi and no overflow merge (both are no-ops below 0; a NaN is still
+// clamped to kExpLo by vfmax and restored at the end), and the first Horner
+// step as one vfmacc.vf into a splat of c6 (the same fma(c7, r, c6)).
+#if RVV_ATTN_HAS_RVV
+inline VF exp_nonpositive(VF x, size_t vl) {
+  const VF xc = __riscv_vfmax_vf_f32m4(x, kExpLo, vl);
+  const vint32m4_t n = __riscv_vfcvt_x_f_v_i32m4(__riscv_vfmul_vf_f32m4(xc, kLog2e, vl), vl);
+  const VF nf = __riscv_vfcvt_f_x_v_f32m4(n, vl);
+  VF r = __riscv_vfnmsac_vf_f32m4(xc, kLn2Hi, nf, vl);
+  r = __riscv_vfnmsac_vf_f32m4(r, kLn2Lo, nf, vl);
+  VF p = __riscv_vfmacc_vf_f32m4(splat(kExpC[6], vl), kExpC[7], r, vl);
+  for (int k = 5; k >= 0; --k) p = __riscv_vfmadd_vv_f32m4(p, r, splat(kExpC[k], vl), vl);
+  const vuint32m4_t scale =
+      __riscv_vsll_vx_u32m4(__riscv_vreinterpret_v_i32m4_u32m4(__riscv_vadd_vx_i32m4(n, 127, vl)), 23, vl);
+  VF y = __riscv_vfmul_vv_f32m4(p, __riscv_vreinterpret_v_u32m4_f32m4(scale), vl);
+  y = __riscv_vfmerge_vfm_f32m4(y, 0.0f, __riscv_vmflt_vf_f32m4_b8(x, kExpLo, vl), vl);
+  return __riscv_vmerge_vvm_f32m4(y, x, __riscv_vmfne_vv_f32m4_b8(x, x, vl), vl);
+}
+#else
+inline VF exp_nonpositive(VF x, size_t vl) { return exp(x, vl); }
+#endif
+
 template <DType T, bool kInt8>
 struct CacheTraitsOf {
   using type = Traits<T>;
