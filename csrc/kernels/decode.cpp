@@ -148,7 +148,7 @@ struct Decode {
 
   // The kCols columns of one gathered word into the NH scores.
   template <int NH>
-  static inline void add_word(VF& s0, VF& s1, VF& s2, VF& s3, const float* q, vec::VW w, size_t n) {
+  static inline void add_word(VF& s0, VF& s1, VF& s2, VF& s3, const float* q, vec::VWord w, size_t n) {
     fma_heads<NH>(s0, s1, s2, s3, q, Words::template col<0>(w, n), n);
     if constexpr (kCols > 1) fma_heads<NH>(s0, s1, s2, s3, q + NH, Words::template col<1>(w, n), n);
     if constexpr (kCols > 2) fma_heads<NH>(s0, s1, s2, s3, q + 2 * NH, Words::template col<2>(w, n), n);

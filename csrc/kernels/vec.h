@@ -629,7 +629,7 @@ using CacheTraits = typename CacheTraitsOf<T, kInt8>::type;
 // Gathering 32-bit words instead of single elements fetches 2 columns of a
 // 16-bit cache (4 of an int8 one) per indexed load, all at the float32
 // register group, so no vtype switch sits between the load and the FMAs:
-//   VW           up to kLanes 32-bit words;
+//   VWord        up to kLanes 32-bit words;
 //   VIdx32       up to kLanes byte offsets below 2^32 (half the registers of VIdx);
 //   fits_u32     whether every offset is below 2^32; narrow_offsets then keeps the low halves;
 //   gather_words the word at base + off[i] (4-byte aligned) for i < vl;
@@ -637,10 +637,10 @@ using CacheTraits = typename CacheTraitsOf<T, kInt8>::type;
 //                (exact: the same values Traits/Int8Traits load);
 //   KvWords<T, Q8>::load a cache row segment widened to float32 with every
 //                step at the float32 register group (int8: vsext.vf4 + vfcvt);
-//   store_strided x[i] to p + i * stride_bytes (a score vector into a
-//                token-major [token][head] table).
+// (A score vector goes into the token-major [token][head] table with the
+// extend section's store_strided.)
 #if RVV_ATTN_HAS_RVV
-using VW = vuint32m4_t;
+using VWord = vuint32m4_t;
 using VIdx32 = vuint32m4_t;
 
 inline bool fits_u32(VIdx off, size_t vl) {
@@ -648,19 +648,18 @@ inline bool fits_u32(VIdx off, size_t vl) {
   return __riscv_vmv_x_s_u64m1_u64(__riscv_vredmaxu_vs_u64m8_u64m1(off, zero, vl)) <= 0xffffffffu;
 }
 inline VIdx32 narrow_offsets(VIdx off, size_t vl) { return __riscv_vnsrl_wx_u32m4(off, 0, vl); }
-inline VW gather_words(const void* base, VIdx32 off, size_t vl) {
+inline VWord gather_words(const void* base, VIdx32 off, size_t vl) {
   return __riscv_vluxei32_v_u32m4(static_cast<const uint32_t*>(base), off, vl);
 }
-inline VW gather_words(const void* base, VIdx off, size_t vl) {
+inline VWord gather_words(const void* base, VIdx off, size_t vl) {
   return __riscv_vluxei64_v_u32m4(static_cast<const uint32_t*>(base), off, vl);
 }
-inline void store_strided(float* p, ptrdiff_t stride_bytes, VF x, size_t vl) { __riscv_vsse32_v_f32m4(p, stride_bytes, x, vl); }
 
 namespace detail {
-inline VF word_as_f32(VW w) { return __riscv_vreinterpret_v_u32m4_f32m4(w); }
+inline VF word_as_f32(VWord w) { return __riscv_vreinterpret_v_u32m4_f32m4(w); }
 // Signed byte K of each word (K = 0 the lowest) as float32.
 template <int K>
-inline VF word_i8(VW w, size_t vl) {
+inline VF word_i8(VWord w, size_t vl) {
   vint32m4_t x = __riscv_vreinterpret_v_u32m4_i32m4(w);
   if constexpr (K < 3) x = __riscv_vsll_vx_i32m4(x, 24 - 8 * K, vl);
   return __riscv_vfcvt_f_x_v_f32m4(__riscv_vsra_vx_i32m4(x, 24, vl), vl);
@@ -673,7 +672,7 @@ template <DType T>
 struct KvWords<T, true> {
   static constexpr int kCols = 4;
   template <int K>
-  static VF col(VW w, size_t vl) { return detail::word_i8<K>(w, vl); }
+  static VF col(VWord w, size_t vl) { return detail::word_i8<K>(w, vl); }
   static VF load(const int8_t* p, size_t vl) {
     return __riscv_vfcvt_f_x_v_f32m4(__riscv_vsext_vf4_i32m4(__riscv_vle8_v_i8m1(p, vl), vl), vl);
   }
@@ -683,7 +682,7 @@ struct KvWords<DType::BFloat16, false> {
   static constexpr int kCols = 2;
   // Little endian: column 2j is the low half of word j.
   template <int K>
-  static VF col(VW w, size_t vl) {
+  static VF col(VWord w, size_t vl) {
     if constexpr (K == 0) return detail::word_as_f32(__riscv_vsll_vx_u32m4(w, 16, vl));
     else return detail::word_as_f32(__riscv_vand_vx_u32m4(w, 0xffff0000u, vl));
   }
@@ -693,18 +692,18 @@ template <>
 struct KvWords<DType::Float16, false> {
   static constexpr int kCols = 2;
   template <int K>
-  static VF col(VW w, size_t vl) { return detail::widen_f16(__riscv_vnsrl_wx_u16m2(w, 16 * K, vl), vl); }
+  static VF col(VWord w, size_t vl) { return detail::widen_f16(__riscv_vnsrl_wx_u16m2(w, 16 * K, vl), vl); }
   static VF load(const uint16_t* p, size_t vl) { return Traits<DType::Float16>::load(p, vl); }
 };
 template <>
 struct KvWords<DType::Float32, false> {
   static constexpr int kCols = 1;
   template <int K>
-  static VF col(VW w, size_t) { return detail::word_as_f32(w); }
+  static VF col(VWord w, size_t) { return detail::word_as_f32(w); }
   static VF load(const float* p, size_t vl) { return Traits<DType::Float32>::load(p, vl); }
 };
 #else
-struct VW {
+struct VWord {
   uint32_t v[kLanes];
 };
 using VIdx32 = VIdx;
@@ -716,13 +715,10 @@ inline bool fits_u32(const VIdx& off, size_t vl) {
   return true;
 }
 inline VIdx32 narrow_offsets(const VIdx& off, size_t) { return off; }
-inline VW gather_words(const void* base, const VIdx& off, size_t vl) {
-  VW r{};
+inline VWord gather_words(const void* base, const VIdx& off, size_t vl) {
+  VWord r{};
   for (size_t i = 0; i < vl; ++i) std::memcpy(&r.v[i], static_cast<const char*>(base) + off.v[i], 4);
   return r;
-}
-inline void store_strided(float* p, ptrdiff_t stride_bytes, const VF& x, size_t vl) {
-  for (size_t i = 0; i < vl; ++i) *reinterpret_cast<float*>(reinterpret_cast<char*>(p) + i * stride_bytes) = x.v[i];
 }
 
 template <DType T, bool Q8>
@@ -731,7 +727,7 @@ template <DType T>
 struct KvWords<T, true> {
   static constexpr int kCols = 4;
   template <int K>
-  static VF col(const VW& w, size_t vl) {
+  static VF col(const VWord& w, size_t vl) {
     VF r{};
     for (size_t i = 0; i < vl; ++i) r.v[i] = static_cast<float>(static_cast<int8_t>(w.v[i] >> (8 * K)));
     return r;
@@ -742,7 +738,7 @@ template <DType T>
 struct KvWords<T, false> {
   static constexpr int kCols = T == DType::Float32 ? 1 : 2;
   template <int K>
-  static VF col(const VW& w, size_t vl) {
+  static VF col(const VWord& w, size_t vl) {
     VF r{};
     for (size_t i = 0; i < vl; ++i) {
       if constexpr (T == DType::Float32) r.v[i] = bits_f32(w.v[i]);
