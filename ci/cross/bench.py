@@ -401,9 +401,12 @@ def detail_table(doc: dict, vlen: int | None = None) -> str:
 
 def markdown(doc: dict) -> str:
     meta = doc["meta"]
+    partial = meta.get("partial_update")
+    measured = f"Commit {meta.get('commit', '?')}" + (
+        f" ({partial['rows']} rows re-measured at {partial['commit']})" if partial else "")
     return "\n\n".join([
         "# rvv-attn instruction counts",
-        f"Commit {meta.get('commit', '?')}, {meta.get('qemu', '?')}, one thread, H={HEADS}, H_kv={HEADS_KV}, "
+        f"{measured}, {meta.get('qemu', '?')}, one thread, H={HEADS}, H_kv={HEADS_KV}, "
         f"D=Dv={HEAD_DIM}, decode with {DECODE_SPLITS} KV splits, shuffled cache slots. "
         "Figures are instructions per KV token per KV head (decode) or per query-key pair per query head "
         "(extend); rvv-attn's are counted inside its library, torch's SDPA over the whole call.",
@@ -516,6 +519,8 @@ def merge_into(baseline: dict, run: dict) -> dict:
     fresh = {r["key"]: r for r in run["rows"]}
     unknown = set(fresh) - {r["key"] for r in baseline["rows"]}
     rows = [fresh.get(r["key"], r) for r in baseline["rows"]] + [r for r in run["rows"] if r["key"] in unknown]
+    if all(r["key"] in fresh for r in baseline["rows"]):
+        return {**baseline, "meta": run["meta"], "rows": rows}  # every row re-measured: the run's own document
     meta = {**baseline["meta"], "partial_update": {k: run["meta"][k] for k in ("commit", "date")} |
             {"rows": len(fresh)}}
     return {**baseline, "meta": meta, "rows": rows}

@@ -174,3 +174,10 @@ def test_only_selects_rows_by_name_and_a_partial_update_replaces_just_those():
     merged = bench.merge_into(baseline, run)
     assert merged["rows"] == [{"key": "x", "v": 1}, {"key": "y", "v": 3}]
     assert merged["meta"]["commit"] == "a" and merged["meta"]["partial_update"]["commit"] == "b"
+
+
+def test_an_update_that_re_measures_every_row_is_the_run_itself():
+    baseline = {"meta": {"commit": "a"}, "rows": [{"key": "x", "v": 1}]}
+    run = {"meta": {"commit": "b", "date": "d"}, "rows": [{"key": "x", "v": 2}, {"key": "z", "v": 3}]}
+    merged = bench.merge_into(baseline, run)
+    assert merged["meta"] == run["meta"] and merged["rows"] == run["rows"]
