@@ -3,7 +3,6 @@
 // query-block work list and the per-worker scratch arena, and calls the
 // selected variant's kernel (csrc/kernels/extend.cpp). All checks run before
 // the kernel starts, so on error o_extend is untouched.
-#include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
 #include <torch/library.h>
