@@ -158,6 +158,18 @@ struct KvQuantWriteParams {
   Int8Scales scales;
 };
 
+// A run of map entries whose dynamic int8 scales the attention will read:
+// slots[0 .. count) (int32 or int64, already range-checked) index rows of
+// scale_buf; each row has ``heads`` scales at stride_h (strides in
+// elements).
+struct ScaleScanParams {
+  const void* slots;
+  bool slots_int64;
+  int64_t count;
+  const float* scale_buf;
+  int64_t stride_t, stride_h, heads;
+};
+
 // One compiled variant: the portable build or an RVV build for one VLEN.
 struct KernelTable {
   const char* name;  // "portable", "vlen256", ...
@@ -171,6 +183,9 @@ struct KernelTable {
   int64_t (*extend_arena_bytes)(int64_t head_dim, int64_t head_dim_v);
   void (*extend_attention)(const ExtendParams&, const ThreadPool&);
   void (*write_kv_int8)(const KvQuantWriteParams&, const ThreadPool&);
+  // Index of the first entry of the run with a scale (any head) that is not
+  // finite and > 0 (NaN included); ``count`` when every scale is usable.
+  int64_t (*first_unusable_scale)(const ScaleScanParams&);
   // Tokens per decode KV block (one online-softmax step): tests aim at it.
   int64_t decode_block_tokens;
 };

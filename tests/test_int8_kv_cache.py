@@ -499,6 +499,41 @@ def test_decode_int8_input_needs_a_valid_scale_at_its_own_slot(kernel_variant):
     t2.check()
 
 
+@pytest.mark.parametrize("map_dtype", [torch.int32, torch.int64], ids=str)
+@pytest.mark.parametrize("which", ["k", "v"])
+def test_a_bad_scale_anywhere_in_a_long_sequence_is_found(kernel_variant, which, map_dtype):
+    # The binding scans a vector of slots per step (up to 128 at VLEN 1024)
+    # and ORs the heads together: a bad scale in any step, on any head, is
+    # found, and the first in token order is the one named. Position 299 is
+    # the new token (its stale scale is overwritten, so it is never reported).
+    t = int8_decode([5, 300], 4, 4, 8, 8, torch.float32, DYN, DYN, seed=11)
+    t.case.req_to_token = t.case.req_to_token.to(map_dtype)
+    row = int(t.case.req_pool_indices[1])
+    buf = getattr(t, f"{which}_scale_buf")
+    for first, head, second in [(0, 3, 1), (130, 0, 297), (257, 2, 258), (298, 3, None)]:
+        slots = [int(t.case.req_to_token[row, p]) for p in (first, second) if p is not None]
+        saved = buf[slots].clone()
+        buf[slots[0], head] = NAN
+        if second is not None:
+            buf[slots[1], 0] = 0.0
+        with pytest.raises(RuntimeError, match=rf"{which}_scale_buf\[{slots[0]}, {head}\] = nan is not a finite "
+                                               rf"scale > 0.*req_to_token\[{row}, {first}\], sequence 1\)"):
+            t.run()
+        buf[slots] = saved
+    t.check()  # every scale restored: the same call is accepted and correct
+
+
+def test_the_extreme_usable_scales_are_accepted(kernel_variant):
+    # The scan's bounds are 0 < scale <= FLT_MAX: the smallest subnormal and
+    # the largest float are usable scales (the output is not checked: such
+    # scales make the dequantized values meaningless, not invalid).
+    t = int8_decode([5, 40], 4, 2, 8, 8, torch.float32, DYN, DYN, seed=12)
+    row = int(t.case.req_pool_indices[1])
+    t.k_scale_buf[int(t.case.req_to_token[row, 3]), 1] = torch.finfo(torch.float32).smallest_normal / 2**23
+    t.v_scale_buf[int(t.case.req_to_token[row, 33]), 0] = torch.finfo(torch.float32).max
+    t.run()
+
+
 def test_float_operators_refuse_an_int8_cache(kernel_variant):
     t = _valid_decode()
     c = t.case

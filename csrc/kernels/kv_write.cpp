@@ -1,5 +1,8 @@
-// decode_set_kv_buffer: scatter this step's K/V rows into the token pool.
+// decode_set_kv_buffer: scatter this step's K/V rows into the token pool;
+// the int8 cache's quantizing write and the scan of the dynamic scales that
+// attention is about to read.
 #include <cstring>
+#include <limits>
 
 #include "kernel_api.h"
 #include "kernels/vec.h"
@@ -129,6 +132,41 @@ void write_kv_int8_typed(const rvv_attn::KvQuantWriteParams& p, const rvv_attn::
 }
 
 }  // namespace
+
+// The RVV build checks a vector of entries per step: one gather per head,
+// the heads' verdicts OR-ed into one mask, one vfirst. Usable means
+// 0 < s <= FLT_MAX, which NaN fails by comparing false.
+int64_t first_unusable_scale(const rvv_attn::ScaleScanParams& p) {
+  const char* entries = static_cast<const char*>(p.slots);
+  const size_t entry_bytes = p.slots_int64 ? sizeof(int64_t) : sizeof(int32_t);
+  const int64_t row_bytes = p.stride_t * static_cast<int64_t>(sizeof(float));
+  constexpr float kMax = std::numeric_limits<float>::max();
+  for (int64_t done = 0; done < p.count;) {
+    const size_t vl = vec::setvl(static_cast<size_t>(p.count - done));
+    const vec::VIdx off = vec::row_offsets(entries + done * entry_bytes, p.slots_int64, row_bytes, 0, vl);
+#if RVV_ATTN_HAS_RVV
+    vec::VMask bad = __riscv_vmclr_m_b8(vl);
+    for (int64_t h = 0; h < p.heads; ++h) {
+      const vec::VF s = vec::Traits<DType::Float32>::gather(p.scale_buf + h * p.stride_h, off, vl);
+      const vec::VMask ok =
+          __riscv_vmand_mm_b8(__riscv_vmfgt_vf_f32m4_b8(s, 0.0f, vl), __riscv_vmfle_vf_f32m4_b8(s, kMax, vl), vl);
+      bad = __riscv_vmorn_mm_b8(bad, ok, vl);
+    }
+    const long first = __riscv_vfirst_m_b8(bad, vl);
+    if (first >= 0) return done + first;
+#else
+    for (size_t i = 0; i < vl; ++i) {
+      const float* row = reinterpret_cast<const float*>(reinterpret_cast<const char*>(p.scale_buf) + off.v[i]);
+      for (int64_t h = 0; h < p.heads; ++h) {
+        const float s = row[h * p.stride_h];
+        if (!(s > 0.0f && s <= kMax)) return done + static_cast<int64_t>(i);
+      }
+    }
+#endif
+    done += static_cast<int64_t>(vl);
+  }
+  return p.count;
+}
 
 void write_kv_int8(const rvv_attn::KvQuantWriteParams& p, const rvv_attn::ThreadPool& pool) {
   if (p.kv.batch == 0 || p.kv.heads_kv == 0) return;

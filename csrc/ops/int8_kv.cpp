@@ -98,9 +98,18 @@ void check_read_scales(const char* op, const Int8Setup& s, const token_map::Chec
     const float* data = side.t->data_ptr<float>();
     const int64_t st = side.t->stride(0), sh = side.t->stride(1), heads = side.t->size(1);
     for (int64_t b = 0; b < batch; ++b) {
-      for (int64_t i = 0; i < lens[b]; ++i) {
+      // The kernel scans the sequence's slots for the first unusable scale;
+      // a hit on a slot this call writes is skipped and the scan resumes
+      // after it, so fresh slots (NaN until written) cost one extra call each.
+      for (int64_t i = 0; i < lens[b];) {
+        const ScaleScanParams scan{map.row_ptr(rows[b], i), map.is_int64, lens[b] - i, data, st, sh, heads};
+        i += kernels().first_unusable_scale(scan);
+        if (i == lens[b]) break;
         const int64_t slot = map.at(rows[b], i);  // in range: checked by token_map::check_values
-        if ((*side.fresh)[static_cast<size_t>(slot)]) continue;
+        if ((*side.fresh)[static_cast<size_t>(slot)]) {
+          ++i;
+          continue;
+        }
         for (int64_t h = 0; h < heads; ++h) {
           const float v = data[slot * st + h * sh];
           TORCH_CHECK(std::isfinite(v) && v > 0.0f, op, ": ", side.buf, "[", slot, ", ", h, "] = ", v,
@@ -108,6 +117,8 @@ void check_read_scales(const char* op, const Int8Setup& s, const token_map::Chec
                       " = nan) reads it for slot ", slot, ", KV head ", h, " (req_to_token[", rows[b], ", ", i,
                       "], sequence ", b, ")");
         }
+        TORCH_CHECK(false, op, ": internal error: the scale scan of ", side.buf, " stopped at slot ", slot,
+                    " but every head's scale is usable");
       }
     }
   }
