@@ -1,9 +1,11 @@
 """Shared fixtures: which kernel variants can run here, and the run's header.
 
 On the host only the portable variant runs. Under QEMU the session sets
-RVV_ATTN_EXPECT_VARIANT; there every kernel test runs once with that RVV
-variant and once with the portable build compiled for riscv64, and a test
-marked ``rvv`` fails (it does not skip) if the RVV variant is not active.
+RVV_ATTN_EXPECT_VARIANT; there every kernel test runs with that RVV variant
+and, where RVV_ATTN_TEST_PORTABLE=1 (test-vlen128; the portable build runs
+no vector instruction, so one VLEN covers it), also with the portable build
+compiled for riscv64. A test marked ``rvv`` fails (it does not skip) if the
+RVV variant is not active.
 """
 
 from __future__ import annotations
@@ -70,6 +72,7 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     ]
     if os.environ.get("RVV_ATTN_QEMU_CPU"):
         lines.append(f"rvv-attn: qemu -cpu {os.environ['RVV_ATTN_QEMU_CPU']}")
+    lines.append(f"rvv-attn: kernel tests run {' and '.join(runnable_variants())}")
     seed = config.stash[_SEED]
     lines.append(f"rvv-attn: hypothesis {hypothesis_version}, profile {settings.default.max_examples} examples, "
                  f"seed {seed} (replay: --hypothesis-seed={seed})")
@@ -106,13 +109,13 @@ def rvv_active() -> bool:
 
 
 def runnable_variants() -> list[str]:
-    """The compiled variants that may run on this CPU: portable, plus the RVV one matching its VLEN."""
+    """The variants the kernel tests run: portable (unless the session leaves it to another lane), plus the RVV
+    one matching this CPU's VLEN."""
     info = rvv_attn.runtime_info()
-    names = ["portable"]
     match = f"vlen{info['cpu_vlen']}"
-    if info["cpu_vlen"] and match in info["compiled_variants"]:
-        names.append(match)
-    return names
+    rvv = [match] if info["cpu_vlen"] and match in info["compiled_variants"] else []
+    portable_here = os.environ.get("RVV_ATTN_TEST_PORTABLE", "1") != "0" or not rvv
+    return (["portable"] if portable_here else []) + rvv
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -15,7 +15,7 @@ from .build import recorded_variants
 from .paths import BUILD_DIR, PROJECT_ROOT
 from .proc import log, quote
 from .runner import guest_command, guest_env
-from .vlens import Variant
+from .vlens import Variant, portable_lane
 from .warm import route
 
 
@@ -80,7 +80,9 @@ def emulated_pytest(qemu: Path, sysroot: Path, stage: Path, variant: Variant, py
     """Command and environment for pytest with the sysroot's python3 under qemu-riscv64.
 
     The tests are told which variant must be active (RVV_ATTN_EXPECT_VARIANT),
-    so a build that silently fell back to portable fails instead of passing.
+    so a build that silently fell back to portable fails instead of passing,
+    and whether the kernel tests also run the portable build (only in the
+    portable lane: see ``vlens.portable_lane``).
     """
     argv = ["python3", "-m", "pytest", f"--junitxml={junit}", "-o", "junit_family=xunit2", *pytest_args]
     cmd = guest_command(qemu, sysroot, variant, argv, agnostic_ones)
@@ -92,6 +94,7 @@ def emulated_pytest(qemu: Path, sysroot: Path, stage: Path, variant: Variant, py
         **({"RVV_ATTN_EXPECT_COMPILED": compiled} if compiled else {}),
         "RVV_ATTN_EXPECT_VARIANT": variant.name,
         "RVV_ATTN_EXPECT_VLEN": str(variant.vlen),
+        "RVV_ATTN_TEST_PORTABLE": "1" if variant.vlen == portable_lane() and not agnostic_ones else "0",
         "RVV_ATTN_QEMU_CPU": variant.qemu_cpu(agnostic_ones),
         # For tests that start a second emulated process at another VLEN.
         "RVV_ATTN_QEMU": str(qemu),

@@ -68,6 +68,16 @@ def agnostic_lane(path: Path = VLENS_FILE) -> tuple[int, ...]:
     return lane
 
 
+def portable_lane(path: Path = VLENS_FILE) -> int:
+    """The one VLEN whose emulated test session also runs the portable build.
+
+    The portable build executes no vector instruction, so its results cannot depend on VLEN or on the tail
+    policy: one emulated run (the smallest VLEN, undisturbed) covers it on riscv64, as test-host does natively
+    and install-test-quick on a CPU without V. The other sessions spend their time on their own RVV variant.
+    """
+    return min(v.vlen for v in variants(path))
+
+
 def by_vlen(vlen: int) -> Variant:
     for v in variants():
         if v.vlen == vlen:

@@ -241,6 +241,22 @@ def test_cross_wheel_args_use_the_toolchain_file_and_table_vlens():
     assert "cmake.define.RVV_ATTN_SYSROOT=/sys" in joined
 
 
+def test_only_the_portable_lane_runs_the_portable_build_under_qemu(tmp_path, monkeypatch):
+    monkeypatch.setattr(testrun, "BUILD_DIR", tmp_path)
+    (tmp_path / "usr/bin").mkdir(parents=True)
+    (tmp_path / "usr/bin/python3").touch()
+    lane = vlens.portable_lane()
+    assert lane == vlens.variants()[0].vlen
+    seen = {}
+    for v in vlens.variants():
+        for agnostic in (False, True):
+            _cmd, env = testrun.emulated_pytest(Path("/q"), tmp_path, tmp_path, v, ["tests"], tmp_path / "j.xml",
+                                                agnostic_ones=agnostic)
+            seen[(v.vlen, agnostic)] = env["RVV_ATTN_TEST_PORTABLE"]
+    assert [k for k, flag in seen.items() if flag == "1"] == [(lane, False)]
+    assert set(seen.values()) == {"0", "1"}
+
+
 def test_junit_parsing(tmp_path):
     xml = tmp_path / "j.xml"
     xml.write_text('<testsuites><testsuite tests="10" failures="1" errors="0" skipped="2" time="3.5"/></testsuites>')
