@@ -162,7 +162,11 @@ def headline_cases() -> list[Case]:
 
 
 def full_configs() -> list[Config]:
-    """Everything `nox -s bench` measures; the slowest configurations first, so parallel runs finish together."""
+    """Everything `nox -s bench` measures, one emulated process per configuration, in the order they start.
+
+    Emulator CPU per process (README): VLEN 128 ~480 s, VLEN 256 ~400 s, portable ~310 s, SDPA ~150 s,
+    VLEN 512 and 1024 ~110 s each; with 2 jobs this order ends in about 14 min.
+    """
     native = tuple(Case(**{**asdict(c), "impl": NATIVE}) for c in headline_cases())
     # The int8 extend rows at VLEN 256 only: each costs 20-40 s of emulation per configuration, and their
     # scaling with VLEN follows bf16's (the same kernel; only the K/V loads differ).
