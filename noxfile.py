@@ -184,7 +184,8 @@ def _register_vlen_sessions(variant: vlens.Variant) -> None:
     def test(session: nox.Session) -> None:
         _test_vlen(session, variant, agnostic=False)
 
-    test.__doc__ = f"Cross-build, then run the suite under qemu-riscv64 at {where}."
+    portable = ", for its RVV build and the portable one" if variant.vlen == vlens.portable_lane() else ""
+    test.__doc__ = f"Cross-build, then run the suite under qemu-riscv64 at {where}{portable}."
 
     tags = ["agnostic"] + (["test"] if variant.vlen in vlens.agnostic_lane() else [])
 
@@ -192,8 +193,8 @@ def _register_vlen_sessions(variant: vlens.Variant) -> None:
     def test_agnostic(session: nox.Session) -> None:
         _test_vlen(session, variant, agnostic=True)
 
-    test_agnostic.__doc__ = (f"As test-{variant.name}, with tail/mask-agnostic lanes filled with ones "
-                             "(rvv_ta_all_1s/rvv_ma_all_1s), as real hardware may.")
+    test_agnostic.__doc__ = (f"As test-{variant.name} (its RVV build only), with tail/mask-agnostic lanes filled "
+                             "with ones (rvv_ta_all_1s/rvv_ma_all_1s), as real hardware may.")
 
     @nox.session(name=f"shell-{variant.name}", default=False)
     def shell(session: nox.Session) -> None:
