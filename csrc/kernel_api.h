@@ -54,9 +54,15 @@ struct Int8Scales {
 };
 
 // decode_attention_cpu after its KV write: one new query token per sequence
-// attends over its cached tokens. All strides are in elements; the last
-// dimension of every tensor is dense. Every index (pool rows, lengths, map
-// entries) has been checked; seq_lens[b] >= 1.
+// attends over a run of its cached tokens. All strides are in elements; the
+// last dimension of every tensor is dense. Every index (pool rows, lengths,
+// map entries) has been checked.
+//
+// Sequence b attends the kv_lens[b] keys in map columns
+// [kv_first[b], kv_first[b] + kv_lens[b]) of its pool row: the binding has
+// folded the encoder offset, the sliding window and cross attention into
+// that range. kv_lens[b] may be 0 (cross attention over no encoder token):
+// the output is then zeros.
 struct DecodeParams {
   DType dtype;  // of query, k/v buffers and output
   int64_t batch, heads, heads_kv, head_dim, head_dim_v;
@@ -77,9 +83,13 @@ struct DecodeParams {
   bool req_to_token_is_int64;
   int64_t req_to_token_stride;  // between rows
   const int64_t* req_pool_indices;
-  const int64_t* seq_lens;
+  const int64_t* kv_first;  // [B] map column of the first attended key
+  const int64_t* kv_lens;   // [B] keys attended
   float sm_scale;
   float logit_cap;  // 0: no soft cap
+  // Attention sinks, [H] float32 (null: none): exp(sinks[h] - m) joins the
+  // softmax denominator of head h, unscaled and uncapped.
+  const float* sinks;
   // int8 KV cache (the *_int8_cpu operators): k_buffer/v_buffer hold
   // int8, scaled as ``scales`` says; all zero/false otherwise.
   bool kv_int8;
@@ -114,9 +124,22 @@ struct ExtendParams {
   bool req_to_token_is_int64;
   int64_t req_to_token_stride;
   const int64_t* req_pool_indices;  // [B]
-  const int64_t* prefix_lens;       // [B] seq_lens[b] - extend_seq_lens[b]
+  // Stage 1 (the cached keys) of sequence b reads prefix_lens[b] keys from
+  // map columns [kv_first[b], kv_first[b] + prefix_lens[b]): its prefix
+  // (seq_lens - extend_seq_lens; after the encoder offset, and without the
+  // keys no query row's window reaches), or with ``cross`` its encoder
+  // tokens. Stage 2 attends the new tokens causally, unless ``cross``.
+  const int64_t* kv_first;          // [B]
+  const int64_t* prefix_lens;       // [B]
   const int64_t* extend_lens;       // [B]
   const int64_t* extend_start;      // [B]
+  // Sliding window (0: off): new token m sees the keys whose decoder
+  // position lies in [p - window + 1, p], p its own position; stage-1 key i
+  // sits at position i - prefix_lens[b] relative to the first new token.
+  int64_t window;
+  bool cross;  // cross attention: stage 1 only, no causal mask, no window
+  // Attention sinks, [H] float32 (null: none), as in DecodeParams.
+  const float* sinks;
   // Query-block work list: sequence b owns query blocks
   // [qblock_offsets[b], qblock_offsets[b+1]); with BLOCK_M from extend_blocking().
   const int64_t* qblock_offsets;  // [B + 1]

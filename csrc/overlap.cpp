@@ -204,7 +204,10 @@ Verdict between(const at::Tensor& a, const at::Tensor& b) {
 }
 
 void check_writes(const char* op, const std::vector<Arg>& written, const std::vector<Arg>& read) {
+  // An absent optional argument (null or undefined) overlaps nothing.
+  auto absent = [](const Arg& a) { return a.tensor == nullptr || !a.tensor->defined(); };
   for (auto w = written.begin(); w != written.end(); ++w) {
+    if (absent(*w)) continue;
     const at::Tensor& t = *w->tensor;
     const Verdict self = internal(t);
     TORCH_CHECK(self == Verdict::No, op, ": ", w->name, " has overlapping elements (shape ", t.sizes(),
@@ -212,6 +215,7 @@ void check_writes(const char* op, const std::vector<Arg>& written, const std::ve
                 "; a written tensor needs one memory location per element (e.g. not an expand()ed view): pass a "
                 "tensor from torch.empty/zeros or a slice of one");
     auto against = [&](const Arg& other) {
+      if (absent(other)) return;
       const at::Tensor& u = *other.tensor;
       const Verdict v = between(t, u);
       TORCH_CHECK(v == Verdict::No, op, ": ", w->name, " ", verdict_words(v), " ", other.name, " (", w->name,

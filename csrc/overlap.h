@@ -32,7 +32,8 @@ struct Arg {
   const at::Tensor* tensor;
 };
 
-// Every written tensor must have no internal overlap and share no byte with
+// Arguments whose tensor is null or undefined (an optional argument not
+// given) are left out. Every written tensor must have no internal overlap and share no byte with
 // any other argument (written or read). An Unknown verdict is refused too:
 // the operator cannot promise a correct result it cannot check. Each error
 // names the operator, both arguments and their shapes and strides.

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <ATen/core/Tensor.h>
+#include <ATen/ops/zeros_like.h>
 #include <c10/util/Exception.h>
 
 #include <cstdint>
@@ -38,16 +39,50 @@ struct MapView {
 
 // Tensors the kernels may read without further checks. Holds the (possibly
 // copied) tensors so their data outlive the kernel call.
+// Sequence b reads the map entries in columns [firsts[b], firsts[b] + lens[b])
+// of row req_pool_indices[b].
 struct CheckedTokenMaps {
   at::Tensor req_to_token;      // 2-D, int32 or int64, last dimension dense
   at::Tensor req_pool_indices;  // 1-D int64, contiguous (a copy if given as int32)
+  at::Tensor firsts;            // 1-D int64, contiguous
   at::Tensor lens;              // 1-D int64, contiguous (a copy if given as int32)
   MapView map() const {
     return MapView{req_to_token.data_ptr(), req_to_token.scalar_type() == at::kLong, req_to_token.stride(0)};
   }
   const int64_t* pool_indices() const { return req_pool_indices.data_ptr<int64_t>(); }
+  const int64_t* first_columns() const { return firsts.data_ptr<int64_t>(); }
   const int64_t* lengths() const { return lens.data_ptr<int64_t>(); }
 };
+
+// Every map entry the kernels will read, for column ranges the caller has
+// already bounded (0 <= firsts[b], lens[b] >= 0, firsts[b] + lens[b] <=
+// req_to_token.size(1)): pool rows in range and each entry a valid slot.
+// ``firsts`` and ``lens`` are contiguous int64 [B] tensors.
+inline CheckedTokenMaps check_ranges(const char* op, const at::Tensor& req_to_token, const at::Tensor& req_pool_indices,
+                                     const at::Tensor& firsts, const at::Tensor& lens, int64_t num_slots) {
+  CheckedTokenMaps out;
+  out.req_to_token = req_to_token.size(1) <= 1 || req_to_token.stride(1) == 1 ? req_to_token
+                                                                                : req_to_token.contiguous();
+  out.req_pool_indices = req_pool_indices.to(at::kLong).contiguous();
+  out.firsts = firsts;
+  out.lens = lens;
+  const int64_t max_reqs = req_to_token.size(0);
+  const int64_t* rows = out.pool_indices();
+  const int64_t* first = out.first_columns();
+  const int64_t* len = out.lengths();
+  const MapView map = out.map();
+  for (int64_t b = 0; b < lens.numel(); ++b) {
+    TORCH_CHECK(rows[b] >= 0 && rows[b] < max_reqs, op, ": req_pool_indices[", b, "] = ", rows[b],
+                " is outside req_to_token's rows [0, ", max_reqs, ")");
+    for (int64_t t = first[b]; t < first[b] + len[b]; ++t) {
+      const int64_t slot = map.at(rows[b], t);
+      TORCH_CHECK(slot >= 0 && slot < num_slots, op, ": req_to_token[", rows[b], ", ", t, "] = ", slot,
+                  " is outside the KV cache's token slots [0, ", num_slots, ") (sequence ", b, ", column ", t,
+                  ")");
+    }
+  }
+  return out;
+}
 
 // Ranks and dtypes only (cheap; no element is read). ``lens_name`` is the
 // argument holding per-sequence lengths ("seq_lens" for decode).
@@ -80,6 +115,7 @@ inline CheckedTokenMaps check_values(const char* op, const at::Tensor& req_to_to
   // Widened to int64 before any check, so every bound holds for either width.
   out.req_pool_indices = req_pool_indices.to(at::kLong).contiguous();
   out.lens = lens.to(at::kLong).contiguous();
+  out.firsts = at::zeros_like(out.lens);
   const int64_t max_reqs = req_to_token.size(0), max_context = req_to_token.size(1);
   const int64_t batch = out.lens.numel();
   const int64_t* rows = out.pool_indices();

@@ -231,7 +231,7 @@ struct Decode {
     const int64_t group = p.heads / p.heads_kv, h0 = hk * group;
     const int64_t d_k = p.head_dim, d_v = p.head_dim_v;
     int64_t begin, end;
-    split_range(p.seq_lens[b], splits, s, &begin, &end);
+    split_range(p.kv_lens[b], splits, s, &begin, &end);
 
     if (begin >= end) {
       // log(0): the merge skips it; zeros keep the buffer free of garbage.
@@ -263,7 +263,9 @@ struct Decode {
 
     const int64_t esz = static_cast<int64_t>(sizeof(KvElem));
     const bool map64 = p.req_to_token_is_int64;
-    const char* map_row = static_cast<const char*>(p.req_to_token) + p.req_pool_indices[b] * p.req_to_token_stride * (map64 ? 8 : 4);
+    // The map entry of the split's key 0 is column kv_first[b] of the pool row.
+    const char* map_row = static_cast<const char*>(p.req_to_token) +
+                          (p.req_pool_indices[b] * p.req_to_token_stride + p.kv_first[b]) * (map64 ? 8 : 4);
     const char* k_rows = static_cast<const char*>(p.k_buffer) + hk * p.k_stride_h * esz;
     const char* v_rows = static_cast<const char*>(p.v_buffer) + hk * p.v_stride_h * esz;
     // K as 32-bit words needs every row 4-byte aligned; otherwise all columns go one by one.
@@ -352,25 +354,28 @@ struct Decode {
     }
   }
 
-  // Pass 2 for work item (b, query head h).
+  // Pass 2 for work item (b, query head h). With a sink, exp(sink - M)
+  // joins the denominator (M: the larger of the splits' max LSE and the
+  // sink, so neither side overflows); a sequence with no key gives zeros.
   static void merge(const DecodeParams& p, int64_t item) {
     const int64_t b = item / p.heads, h = item % p.heads, d_v = p.head_dim_v;
-    const int64_t len = p.seq_lens[b];
-    // Split 0 is never empty (len >= 1), so the max is finite unless the
-    // data hold inf/NaN.
+    const int64_t len = p.kv_lens[b];
     float lse_max = kNegInf;
-    float weight_sum = 0.0f;
     for (int64_t s = 0; s < p.num_splits; ++s) {
       int64_t begin, end;
       split_range(len, p.num_splits, s, &begin, &end);
       if (begin < end) lse_max = std::fmax(lse_max, logits_row(p, b, h, s)[d_v]);
     }
+    const bool sink = p.sinks != nullptr;
+    const float top = sink ? std::fmax(lse_max, p.sinks[h]) : lse_max;
+    float weight_sum = sink ? vec::exp_scalar(p.sinks[h] - top) : 0.0f;
     for (int64_t s = 0; s < p.num_splits; ++s) {
       int64_t begin, end;
       split_range(len, p.num_splits, s, &begin, &end);
-      if (begin < end) weight_sum += vec::exp_scalar(logits_row(p, b, h, s)[d_v] - lse_max);
+      if (begin < end) weight_sum += vec::exp_scalar(logits_row(p, b, h, s)[d_v] - top);
     }
-    const float inv = 1.0f / weight_sum;
+    // len = 0 (no key): nothing to weigh; zeros rather than 0/0.
+    const float inv = len > 0 ? 1.0f / weight_sum : 0.0f;
     Elem* out = static_cast<Elem*>(p.output) + b * p.output_stride_b + h * p.output_stride_h;
     for (int64_t c = 0; c < d_v;) {
       const size_t vl = vec::setvl(static_cast<size_t>(d_v - c));
@@ -380,7 +385,7 @@ struct Decode {
         split_range(len, p.num_splits, s, &begin, &end);
         if (begin >= end) continue;
         const float* row = logits_row(p, b, h, s);
-        a = vec::fmacc(a, vec::exp_scalar(row[d_v] - lse_max), vec::load(row + c, vl), vl);
+        a = vec::fmacc(a, vec::exp_scalar(row[d_v] - top), vec::load(row + c, vl), vl);
       }
       Tr::store(out + c, vec::mul(a, inv, vl), vl);
       c += static_cast<int64_t>(vl);

@@ -152,6 +152,8 @@ struct ExtendRows {
 
 // ---- row operations on the tiles ---------------------------------------------
 
+void fill_zero(float* dst, int64_t n);
+
 // kt[d*BN + j] = K[k0 + j][d] for j < nb: one indexed load per d gathers
 // column d of the block's K rows, already transposed and widened to f32, a
 // vec::VF of keys (half a key block) at a time.
@@ -260,19 +262,21 @@ void score_tile(float* s, const float* qt, const float* kt, int64_t rows, int64_
   }
 }
 
-// One online-softmax step for a row's first ``n`` scores (n >= 1): applies
+// One online-softmax step for a row's scores [first, n) (first < n): applies
 // the cap, updates the running max *m and sum *l, leaves p = exp(s - m_new)
-// in s and returns alpha = exp(m_old - m_new), the factor the row's
-// accumulator must be rescaled by. The row (up to a wide vector of keys) is
+// in s (and p = 0 for the keys before ``first``, which lie outside the
+// row's sliding window) and returns alpha = exp(m_old - m_new), the factor
+// the row's accumulator must be rescaled by. The row (up to a wide vector of keys) is
 // handled a vec::VF at a time: a first pass finds the block max (storing
 // the capped or scaled scores back), a second takes the exponentials.
 // With ``k_sc`` / ``v_sc`` (int8 cache, per-token scales; null when absent),
 // the scores are first multiplied by the keys' scales, and the
 // probabilities stored in s by the values' scales; the sum l is unscaled.
-float online_softmax_step(float* s, int64_t n, float logit_cap, float* m, float* l, const float* k_sc,
-                          const float* v_sc) {
+float online_softmax_step(float* s, int64_t first, int64_t n, float logit_cap, float* m, float* l,
+                          const float* k_sc, const float* v_sc) {
   float block_max = -std::numeric_limits<float>::infinity();
-  for (int64_t c = 0; c < n;) {
+  fill_zero(s, first);
+  for (int64_t c = first; c < n;) {
     const size_t vl = vec::setvl(static_cast<size_t>(n - c));
     vec::VF x = vec::load(s + c, vl);
     if (k_sc != nullptr) x = vec::mul(x, vec::load(k_sc + c, vl), vl);
@@ -286,7 +290,7 @@ float online_softmax_step(float* s, int64_t n, float logit_cap, float* m, float*
   // exp(-inf) = 0 on a row's first step: the empty accumulator stays 0.
   const float alpha = vec::exp_scalar(*m - m_new);
   float sum = 0.0f;
-  for (int64_t c = 0; c < n;) {
+  for (int64_t c = first; c < n;) {
     const size_t vl = vec::setvl(static_cast<size_t>(n - c));
     const vec::VF pv = vec::exp_nonpositive(vec::sub(vec::load(s + c, vl), m_new, vl), vl);  // s <= m_new
     sum += vec::reduce_sum(pv, vl);
@@ -436,10 +440,12 @@ struct Item {
 // Attend the item's rows to keys [k0, k0 + nb) of ``src``. ``diag`` < 0 for a
 // block every row sees in full; otherwise row r may see keys up to index
 // diag + r (stage 2: diag = the first row's index among the new tokens).
+// With a sliding window, row r sees keys from index low + r on (keys before
+// it get probability 0; a row that sees none of the block skips it).
 // Tr: the traits of the source's elements (the cache's for an int8 cache).
 // kQ8: the source is an int8 cache (PrefixRows), so dynamic scales apply.
 template <typename Tr, bool kQ8, typename Src>
-void attend_block(const Item& it, const Src& src, int64_t k0, int64_t nb, int64_t diag) {
+void attend_block(const Item& it, const Src& src, int64_t k0, int64_t nb, int64_t diag, int64_t low) {
   const rvv_attn::ExtendParams& p = *it.p;
   const Scratch& w = it.w;
   const int64_t Dv = p.head_dim_v;
@@ -493,25 +499,30 @@ void attend_block(const Item& it, const Src& src, int64_t k0, int64_t nb, int64_
       const int64_t last = diag + r - k0;  // the row's last visible key, relative to k0
       n = last < 0 ? 0 : (last + 1 < nb ? last + 1 : nb);
     }
+    const int64_t first = p.window > 0 && low + r > k0 ? low + r - k0 : 0;  // its first, relative to k0
+    if (first >= n) n = 0;
     seen[r] = n;
-    // A row that sees nothing of the block (all of it in the row's future)
-    // keeps its state: alpha 1 and no keys.
+    // A row that sees nothing of the block (all of it in the row's future,
+    // or before its window) keeps its state: alpha 1 and no keys.
     alpha[r] = n == 0 ? 1.0f
-                      : online_softmax_step(w.s + r * BN, n, p.logit_cap, &w.m[r], &w.l[r], k_sc, v_sc);
+                      : online_softmax_step(w.s + r * BN, first, n, p.logit_cap, &w.m[r], &w.l[r], k_sc, v_sc);
   }
   rescale_accumulate_tile(w.acc, alpha, w.s, seen, it.rows, w.v, Dv);
 }
 
 // Stage 2 of an item whose first query row is new token m0: new tokens
-// 0 .. m0 + rows - 1 (the last row's own index), causally.
+// 0 .. m0 + rows - 1 (the last row's own index), causally; with a window
+// W, from m0 - W + 1 on (the first row's oldest visible key: no row of the
+// item sees an older one, so those blocks are not visited at all).
 template <typename Tr, bool kQ8, typename Src>
 void attend_new_tokens(const Item& it, const Src& src, int64_t m0) {
   const int64_t keys = m0 + it.rows;
-  for (int64_t k0 = 0; k0 < keys; k0 += BN) {
+  const int64_t low = m0 - it.p->window + 1;
+  for (int64_t k0 = it.p->window > 0 && low > 0 ? low : 0; k0 < keys; k0 += BN) {
     const int64_t nb = keys - k0 < BN ? keys - k0 : BN;
     // Only a block holding a key past the first row's own index needs the
     // causal limit; the blocks before it are seen in full by every row.
-    attend_block<Tr, kQ8>(it, src, k0, nb, k0 + nb - 1 > m0 ? m0 : -1);
+    attend_block<Tr, kQ8>(it, src, k0, nb, k0 + nb - 1 > m0 ? m0 : -1, low);
   }
 }
 
@@ -558,15 +569,22 @@ void run_item(const rvv_attn::ExtendParams& p, const Scratch& w, int64_t b, int6
                           static_cast<const KvE*>(p.v_buffer) + hkv * p.v_buffer_stride_h,
                           p.v_buffer_stride_t,
                           static_cast<const char*>(p.req_to_token) +
-                              p.req_pool_indices[b] * p.req_to_token_stride * (p.req_to_token_is_int64 ? 8 : 4),
+                              (p.req_pool_indices[b] * p.req_to_token_stride + p.kv_first[b]) *
+                                  (p.req_to_token_is_int64 ? 8 : 4),
                           p.req_to_token_is_int64};
-  for (int64_t k0 = 0; k0 < prefix; k0 += BN) {
-    attend_block<KvTr, Q8>(it, pre, k0, prefix - k0 < BN ? prefix - k0 : BN, -1);
+  // With a window W, row r (position prefix + m0 + r) sees prefix keys from
+  // prefix + m0 + r - W + 1 on; the blocks before the first row's limit are
+  // skipped.
+  const int64_t low = prefix + m0 - p.window + 1;
+  for (int64_t k0 = p.window > 0 && low > 0 ? low : 0; k0 < prefix; k0 += BN) {
+    attend_block<KvTr, Q8>(it, pre, k0, prefix - k0 < BN ? prefix - k0 : BN, -1, low);
   }
 
   // Stage 2: new tokens 0 .. m0 + rows - 1 (the last row's own index):
   // from k_extend/v_extend, or, when they were int8, from their cache slots.
-  if (all_int8) {
+  // Cross attention has no stage 2: its keys are the encoder's alone.
+  if (p.cross) {
+  } else if (all_int8) {
     PrefixRows<KvE> cached = pre;
     cached.map = static_cast<const char*>(pre.map) + prefix * (p.req_to_token_is_int64 ? 8 : 4);
     attend_new_tokens<KvTr, Q8>(it, cached, m0);
@@ -577,10 +595,14 @@ void run_item(const rvv_attn::ExtendParams& p, const Scratch& w, int64_t b, int6
     attend_new_tokens<Tr, false>(it, nw, m0);
   }
 
+  // A row that saw a key has l >= 1 (its max contributes exp(0)); one that
+  // saw none (cross attention over no encoder token) has l = 0 and a zero
+  // accumulator, and gets zeros. A sink adds exp(sink - m) to l.
   E* o = static_cast<E*>(p.o) + row0 * p.o_stride_t + h * p.o_stride_h;
   for (int64_t r = 0; r < rows; ++r) {
-    // Every row saw at least its own token, so l >= 1 (its max contributes exp(0)).
-    store_row_scaled<Tr>(o + r * p.o_stride_t, w.acc + r * Dv, Dv, out_scale / w.l[r]);
+    const bool any = w.l[r] > 0.0f;
+    const float l = p.sinks != nullptr && any ? w.l[r] + vec::exp_scalar(p.sinks[h] - w.m[r]) : w.l[r];
+    store_row_scaled<Tr>(o + r * p.o_stride_t, w.acc + r * Dv, Dv, any ? out_scale / l : 0.0f);
   }
 }
 

@@ -14,6 +14,7 @@
 #include "checks.h"
 #include "kernel_api.h"
 #include "ops/attention.h"
+#include "ops/attention_options.h"
 #include "ops/int8_kv.h"
 #include "ops/kv_write.h"
 #include "ops/runtime.h"
@@ -24,23 +25,28 @@ namespace rvv_attn {
 namespace ops {
 namespace {
 
-// The call writes output, attn_logits, the cache rows at loc and, for float
-// rows into a dynamic-scale int8 cache, the scale buffers; none of them may
-// overlap anything else the call touches. (Overlapping reads are harmless:
-// k_scale_buf may be v_scale_buf when neither is written.)
-void check_decode_overlap(const char* op, const Int8Setup* q8, bool new_int8, const at::Tensor& query,
+// The call writes output, attn_logits, the cache rows at loc (unless key is
+// None) and, for float rows into a dynamic-scale int8 cache, the scale
+// buffers; none of them may overlap anything else the call touches.
+// (Overlapping reads are harmless: k_scale_buf may be v_scale_buf when
+// neither is written.)
+void check_decode_overlap(const char* op, const Int8Setup* q8, const CheckedOptions& opts, bool writes,
+                          bool new_int8, const at::Tensor& query,
                           const at::Tensor& k_buffer, const at::Tensor& v_buffer, const at::Tensor& output,
                           const at::Tensor& key, const at::Tensor& value, const at::Tensor& loc,
                           const at::Tensor& attn_logits, const at::Tensor& req_to_token,
                           const at::Tensor& req_pool_indices, const at::Tensor& seq_lens) {
-  const bool k_scales_written = q8 && q8->k_dyn && !new_int8, v_scales_written = q8 && q8->v_dyn && !new_int8;
+  const bool k_scales_written = writes && q8 && q8->k_dyn && !new_int8;
+  const bool v_scales_written = writes && q8 && q8->v_dyn && !new_int8;
   const overlap::Arg k_scales{"k_scale_buf", q8 ? &q8->k_scale_buf : nullptr};
   const overlap::Arg v_scales{"v_scale_buf", q8 ? &q8->v_scale_buf : nullptr};
-  std::vector<overlap::Arg> written = {{"output", &output}, {"attn_logits", &attn_logits},
-                                      {"k_buffer", &k_buffer}, {"v_buffer", &v_buffer}};
+  std::vector<overlap::Arg> written = {{"output", &output}, {"attn_logits", &attn_logits}};
   std::vector<overlap::Arg> read = {{"query", &query}, {"key", &key}, {"value", &value}, {"loc", &loc},
                                     {"req_to_token", &req_to_token}, {"req_pool_indices", &req_pool_indices},
-                                    {"seq_lens", &seq_lens}};
+                                    {"seq_lens", &seq_lens}, {"encoder_lens", &opts.encoder_lens},
+                                    {"sinks", &opts.sinks}};
+  (writes ? written : read).push_back({"k_buffer", &k_buffer});
+  (writes ? written : read).push_back({"v_buffer", &v_buffer});
   if (q8) {
     (k_scales_written ? written : read).push_back(k_scales);
     (v_scales_written ? written : read).push_back(v_scales);
@@ -51,24 +57,44 @@ void check_decode_overlap(const char* op, const Int8Setup* q8, bool new_int8, co
 }  // namespace
 
 void decode_attention(const char* op, const Int8KvArgs* int8, const at::Tensor& query, at::Tensor& k_buffer,
-                      at::Tensor& v_buffer, at::Tensor& output, const at::Tensor& key, const at::Tensor& value,
-                      const at::Tensor& loc, at::Tensor& attn_logits, const at::Tensor& req_to_token,
-                      const at::Tensor& req_pool_indices, const at::Tensor& seq_lens, double sm_scale,
-                      double logit_cap) {
+                      at::Tensor& v_buffer, at::Tensor& output, const std::optional<at::Tensor>& key_arg,
+                      const std::optional<at::Tensor>& value_arg, const at::Tensor& loc, at::Tensor& attn_logits,
+                      const at::Tensor& req_to_token, const at::Tensor& req_pool_indices, const at::Tensor& seq_lens,
+                      double sm_scale, double logit_cap, const AttentionOptions& options) {
   using namespace checks;
   rank(op, "query", query, 3, "[B, H, D]");
   rank(op, "output", output, 3, "[B, H, Dv]");
   rank(op, "attn_logits", attn_logits, 4, "[B, H, num_kv_splits, Dv + 1]");
+  rank(op, "k_buffer", k_buffer, 3, "[max_total_tokens, H_kv, D]");
+  rank(op, "v_buffer", v_buffer, 3, "[max_total_tokens, H_kv, Dv]");
+  // key/value None: nothing is written this step (SGLang's cross-attention
+  // layers once the encoder's K/V are cached). Only both or neither.
+  const bool writes = key_arg.has_value() && key_arg->defined();
+  TORCH_CHECK(writes == (value_arg.has_value() && value_arg->defined()), op,
+              ": key and value must both be given or both be None; got key ", writes ? "given" : "None",
+              " and value ", writes ? "None" : "given");
+  const at::Tensor key = writes ? *key_arg : at::Tensor(), value = writes ? *value_arg : at::Tensor();
   Int8Setup q8{};
   bool new_int8 = false;
   if (int8) {
-    rank(op, "k_buffer", k_buffer, 3, "[max_total_tokens, H_kv, D]");
-    rank(op, "v_buffer", v_buffer, 3, "[max_total_tokens, H_kv, Dv]");
     q8 = check_int8_args(op, *int8, k_buffer, v_buffer);
-    new_int8 = check_new_kv_dtype(op, "key", key, "value", value, "query", query);
+    if (writes) new_int8 = check_new_kv_dtype(op, "key", key, "value", value, "query", query);
   }
   // Ranks, dtypes and sizes of the KV write's arguments, and every loc slot.
-  const ops::PreparedKvWrite kv_write = ops::prepare_kv_write(op, k_buffer, v_buffer, key, value, loc, int8 != nullptr);
+  ops::PreparedKvWrite kv_write{};
+  if (writes) {
+    kv_write = ops::prepare_kv_write(op, k_buffer, v_buffer, key, value, loc, int8 != nullptr);
+  } else {
+    rank(op, "loc", loc, 1, "[B]");
+    if (!int8) {
+      not_int8_cache(op, "k_buffer", k_buffer);
+      not_int8_cache(op, "v_buffer", v_buffer);
+      same_dtype(op, "v_buffer", v_buffer, "k_buffer", k_buffer);
+    }
+    size_is(op, "v_buffer", v_buffer, 1, k_buffer.size(1), "k_buffer.size(1) (H_kv)");
+    dense_last_dim(op, "k_buffer", k_buffer);
+    dense_last_dim(op, "v_buffer", v_buffer);
+  }
 
   const DType dtype = float_dtype(op, "query", query);
   if (!int8) same_dtype(op, "k_buffer", k_buffer, "query", query);
@@ -78,7 +104,7 @@ void decode_attention(const char* op, const Int8KvArgs* int8, const at::Tensor& 
 
   const int64_t batch = query.size(0), heads = query.size(1), head_dim = query.size(2);
   const int64_t heads_kv = k_buffer.size(1), head_dim_v = v_buffer.size(2);
-  size_is(op, "key", key, 0, batch, "query.size(0) (the batch)");
+  if (writes) size_is(op, "key", key, 0, batch, "query.size(0) (the batch)");
   size_is(op, "output", output, 0, batch, "query.size(0) (the batch)");
   size_is(op, "output", output, 1, heads, "query.size(1) (H)");
   size_is(op, "query", query, 2, k_buffer.size(2), "k_buffer.size(2) (D)");
@@ -99,12 +125,18 @@ void decode_attention(const char* op, const Int8KvArgs* int8, const at::Tensor& 
   checks::logit_cap(op, logit_cap);
 
   token_map::check_layout(op, req_to_token, req_pool_indices, "seq_lens", seq_lens, batch);
-  const token_map::CheckedTokenMaps maps = token_map::check_values(
-      op, req_to_token, req_pool_indices, "seq_lens", seq_lens, std::min(k_buffer.size(0), v_buffer.size(0)),
-      /*min_len=*/1, "every sequence includes the token written at loc this step");
+  const CheckedOptions opts = check_options(op, options, batch, heads, "query", query);
+  // The map columns each sequence attends (encoder offset, window, cross
+  // attention applied), then every entry in them.
+  const KeyColumns columns = decode_key_columns(
+      op, opts, seq_lens.to(at::kLong).contiguous(), req_to_token.size(1), writes ? 1 : 0,
+      "every sequence includes the token written at loc this step");
+  const token_map::CheckedTokenMaps maps =
+      token_map::check_ranges(op, req_to_token, req_pool_indices, columns.firsts, columns.lens,
+                              std::min(k_buffer.size(0), v_buffer.size(0)));
 
   if (int8) {
-    if (!new_int8) {
+    if (writes && !new_int8) {
       check_finite_rows(op, "key", key, at::Tensor());
       check_finite_rows(op, "value", value, at::Tensor());
     }
@@ -112,7 +144,7 @@ void decode_attention(const char* op, const Int8KvArgs* int8, const at::Tensor& 
     // not read from the buffer; every other dynamic scale read is checked.
     std::vector<bool> fresh_k(static_cast<size_t>(k_buffer.size(0)), false);
     std::vector<bool> fresh_v(static_cast<size_t>(v_buffer.size(0)), false);
-    if (!new_int8) {
+    if (writes && !new_int8) {
       for (int64_t b = 0; b < batch; ++b) {
         fresh_k[static_cast<size_t>(kv_write.params.loc[b])] = q8.k_dyn;
         fresh_v[static_cast<size_t>(kv_write.params.loc[b])] = q8.v_dyn;
@@ -121,13 +153,13 @@ void decode_attention(const char* op, const Int8KvArgs* int8, const at::Tensor& 
     check_read_scales(op, q8, maps, fresh_k, fresh_v);
   }
 
-  check_decode_overlap(op, int8 ? &q8 : nullptr, new_int8, query, k_buffer, v_buffer, output, key, value, loc,
+  check_decode_overlap(op, int8 ? &q8 : nullptr, opts, writes, new_int8, query, k_buffer, v_buffer, output, key, value, loc,
                        attn_logits, req_to_token, req_pool_indices, seq_lens);
 
   if (batch == 0) return;
-  if (int8) {
+  if (writes && int8) {
     run_int8_write(q8, kv_write.params, new_int8, nullptr);
-  } else {
+  } else if (writes) {
     ops::run_kv_write(kv_write);
   }
   if (heads == 0) return;
@@ -161,9 +193,11 @@ void decode_attention(const char* op, const Int8KvArgs* int8, const at::Tensor& 
   p.req_to_token_is_int64 = map.is_int64;
   p.req_to_token_stride = map.row_stride;
   p.req_pool_indices = maps.pool_indices();
-  p.seq_lens = maps.lengths();
+  p.kv_first = maps.first_columns();
+  p.kv_lens = maps.lengths();
   p.sm_scale = static_cast<float>(sm_scale);
   p.logit_cap = static_cast<float>(logit_cap);
+  p.sinks = opts.sinks_data();
   if (int8) set_int8_params(p, q8);
   TORCH_CHECK(ops::kernels().decode_attention(p, ops::torch_pool()), op,
               ": a worker could not allocate its scratch memory; output is incomplete");
@@ -174,12 +208,14 @@ void decode_attention(const char* op, const Int8KvArgs* int8, const at::Tensor& 
 namespace {
 
 void decode_attention_cpu(const at::Tensor& query, at::Tensor& k_buffer, at::Tensor& v_buffer, at::Tensor& output,
-                          const at::Tensor& key, const at::Tensor& value, const at::Tensor& loc,
-                          at::Tensor& attn_logits, const at::Tensor& req_to_token,
+                          const std::optional<at::Tensor>& key, const std::optional<at::Tensor>& value,
+                          const at::Tensor& loc, at::Tensor& attn_logits, const at::Tensor& req_to_token,
                           const at::Tensor& req_pool_indices, const at::Tensor& seq_lens, double sm_scale,
-                          double logit_cap) {
+                          double logit_cap, bool is_cross_attn, int64_t sliding_window_size,
+                          const std::optional<at::Tensor>& encoder_lens, const std::optional<at::Tensor>& sinks) {
   ops::decode_attention("rvv_attn.decode_attention_cpu", nullptr, query, k_buffer, v_buffer, output, key, value, loc,
-                        attn_logits, req_to_token, req_pool_indices, seq_lens, sm_scale, logit_cap);
+                        attn_logits, req_to_token, req_pool_indices, seq_lens, sm_scale, logit_cap,
+                        {is_cross_attn, sliding_window_size, encoder_lens, sinks});
 }
 
 // Tokens per KV block of the active variant's decode (and int8 decode)
@@ -193,8 +229,8 @@ TORCH_LIBRARY_FRAGMENT(rvv_attn, m) {
   m.def("decode_attention_blocking() -> int", &rvv_attn::decode_attention_blocking);
   m.def(
       "decode_attention_cpu(Tensor query, Tensor(a!) k_buffer, Tensor(b!) v_buffer, Tensor(c!) output, "
-      "Tensor key, Tensor value, Tensor loc, Tensor(d!) attn_logits, Tensor req_to_token, "
-      "Tensor req_pool_indices, Tensor seq_lens, float sm_scale, float logit_cap) -> ()");
+      "Tensor? key, Tensor? value, Tensor loc, Tensor(d!) attn_logits, Tensor req_to_token, "
+      "Tensor req_pool_indices, Tensor seq_lens, float sm_scale, float logit_cap, " RVV_ATTN_OPTION_ARGS ") -> ()");
 }
 
 TORCH_LIBRARY_IMPL(rvv_attn, CPU, m) { m.impl("decode_attention_cpu", &rvv_attn::decode_attention_cpu); }

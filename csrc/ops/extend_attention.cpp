@@ -16,6 +16,7 @@
 #include "checks.h"
 #include "kernel_api.h"
 #include "ops/attention.h"
+#include "ops/attention_options.h"
 #include "ops/int8_kv.h"
 #include "ops/runtime.h"
 #include "overlap.h"
@@ -27,15 +28,19 @@ namespace {
 constexpr const char* kOp = "rvv_attn.extend_attention_cpu";
 constexpr int64_t kMaxHeadDim = 256;
 
-// Shapes and dtypes of the ten tensors; returns the element dtype.
-DType check_layout(const char* op, bool int8, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& o,
+// Shapes and dtypes of the ten tensors; returns the element dtype. Without
+// ``new_tokens`` (cross attention) k and v are not read, and not checked.
+DType check_layout(const char* op, bool int8, bool new_tokens, const at::Tensor& q, const at::Tensor& k,
+                   const at::Tensor& v, const at::Tensor& o,
                    const at::Tensor& k_buffer, const at::Tensor& v_buffer, const at::Tensor& req_to_token,
                    const at::Tensor& req_pool_indices, const at::Tensor& seq_lens,
                    const at::Tensor& extend_seq_lens, const at::Tensor& extend_start_loc) {
   using namespace checks;
   rank(op, "q_extend", q, 3, "[T, H, D]");
-  rank(op, "k_extend", k, 3, "[T, H_kv, D]");
-  rank(op, "v_extend", v, 3, "[T, H_kv, Dv]");
+  if (new_tokens) {
+    rank(op, "k_extend", k, 3, "[T, H_kv, D]");
+    rank(op, "v_extend", v, 3, "[T, H_kv, Dv]");
+  }
   rank(op, "o_extend", o, 3, "[T, H, Dv]");
   rank(op, "k_buffer", k_buffer, 3, "[max_total_tokens, H_kv, D]");
   rank(op, "v_buffer", v_buffer, 3, "[max_total_tokens, H_kv, Dv]");
@@ -48,8 +53,10 @@ DType check_layout(const char* op, bool int8, const at::Tensor& q, const at::Ten
     // (The int8 operator checks its caches and new K/V itself.)
     not_int8_cache(op, "k_buffer", k_buffer);
     not_int8_cache(op, "v_buffer", v_buffer);
-    same_dtype(op, "k_extend", k, "q_extend", q);
-    same_dtype(op, "v_extend", v, "q_extend", q);
+    if (new_tokens) {
+      same_dtype(op, "k_extend", k, "q_extend", q);
+      same_dtype(op, "v_extend", v, "q_extend", q);
+    }
     same_dtype(op, "k_buffer", k_buffer, "q_extend", q);
     same_dtype(op, "v_buffer", v_buffer, "q_extend", q);
   }
@@ -57,20 +64,26 @@ DType check_layout(const char* op, bool int8, const at::Tensor& q, const at::Ten
   index_tensor(op, "extend_start_loc", extend_start_loc);
 
   const int64_t tokens = q.size(0), heads = q.size(1), head_dim = q.size(2);
-  const int64_t heads_kv = k.size(1), head_dim_v = v.size(2);
-  size_is(op, "k_extend", k, 0, tokens, "q_extend.size(0) (T)");
-  size_is(op, "v_extend", v, 0, tokens, "q_extend.size(0) (T)");
+  // The new tokens' K/V set H_kv and Dv; without them, the cache does.
+  const at::Tensor& kv_ref = new_tokens ? k : k_buffer;
+  const char* h_kv = new_tokens ? "k_extend.size(1) (H_kv)" : "k_buffer.size(1) (H_kv)";
+  const char* d_v = new_tokens ? "v_extend.size(2) (Dv)" : "v_buffer.size(2) (Dv)";
+  const int64_t heads_kv = kv_ref.size(1), head_dim_v = (new_tokens ? v : v_buffer).size(2);
+  if (new_tokens) {
+    size_is(op, "k_extend", k, 0, tokens, "q_extend.size(0) (T)");
+    size_is(op, "v_extend", v, 0, tokens, "q_extend.size(0) (T)");
+    size_is(op, "k_extend", k, 2, head_dim, "q_extend.size(2) (D)");
+    size_is(op, "v_extend", v, 1, heads_kv, h_kv);
+    size_is(op, "k_buffer", k_buffer, 1, heads_kv, h_kv);
+    size_is(op, "v_buffer", v_buffer, 2, head_dim_v, d_v);
+  }
   size_is(op, "o_extend", o, 0, tokens, "q_extend.size(0) (T)");
-  size_is(op, "k_extend", k, 2, head_dim, "q_extend.size(2) (D)");
   size_is(op, "k_buffer", k_buffer, 2, head_dim, "q_extend.size(2) (D)");
-  size_is(op, "v_extend", v, 1, heads_kv, "k_extend.size(1) (H_kv)");
-  size_is(op, "k_buffer", k_buffer, 1, heads_kv, "k_extend.size(1) (H_kv)");
-  size_is(op, "v_buffer", v_buffer, 1, heads_kv, "k_extend.size(1) (H_kv)");
+  size_is(op, "v_buffer", v_buffer, 1, heads_kv, h_kv);
   size_is(op, "o_extend", o, 1, heads, "q_extend.size(1) (H)");
-  size_is(op, "o_extend", o, 2, head_dim_v, "v_extend.size(2) (Dv)");
-  size_is(op, "v_buffer", v_buffer, 2, head_dim_v, "v_extend.size(2) (Dv)");
+  size_is(op, "o_extend", o, 2, head_dim_v, d_v);
   TORCH_CHECK(heads_kv > 0 && heads % heads_kv == 0, op, ": q_extend has H = ", heads,
-              " heads, which is not a multiple of H_kv = ", heads_kv, " (k_extend.size(1))");
+              " heads, which is not a multiple of H_kv = ", heads_kv, " (", h_kv, ")");
   TORCH_CHECK(head_dim >= 1 && head_dim <= kMaxHeadDim, op, ": head dim D = ", head_dim,
               " (q_extend.size(2)) is outside [1, ", kMaxHeadDim, "]");
   TORCH_CHECK(head_dim_v >= 1 && head_dim_v <= kMaxHeadDim, op, ": value head dim Dv = ", head_dim_v,
@@ -82,7 +95,7 @@ DType check_layout(const char* op, bool int8, const at::Tensor& q, const at::Ten
 
   for (auto [name, t] : {std::pair<const char*, const at::Tensor*>{"q_extend", &q}, {"k_extend", &k},
                          {"v_extend", &v}, {"o_extend", &o}, {"k_buffer", &k_buffer}, {"v_buffer", &v_buffer}}) {
-    dense_last_dim(op, name, *t);
+    if (t->defined()) dense_last_dim(op, name, *t);
   }
   return dtype;
 }
@@ -91,7 +104,8 @@ DType check_layout(const char* op, bool int8, const at::Tensor& q, const at::Ten
 // block's rows are read by every head's item), so o_extend may overlap none
 // of them, nor repeat an element. The int8 operator also writes the new
 // tokens' cache rows and, for float rows in dynamic mode, their scales.
-void check_extend_overlap(const char* op, const ops::Int8Setup* q8, bool new_int8, const at::Tensor& q,
+void check_extend_overlap(const char* op, const ops::Int8Setup* q8, const ops::CheckedOptions& opts,
+                          bool new_tokens, bool new_int8, const at::Tensor& q,
                           const at::Tensor& k, const at::Tensor& v, const at::Tensor& o, const at::Tensor& k_buffer,
                           const at::Tensor& v_buffer, const at::Tensor& req_to_token,
                           const at::Tensor& req_pool_indices, const at::Tensor& seq_lens,
@@ -104,8 +118,10 @@ void check_extend_overlap(const char* op, const ops::Int8Setup* q8, bool new_int
                                     {"req_pool_indices", &req_pool_indices},
                                     {"seq_lens", &seq_lens},
                                     {"extend_seq_lens", &extend_seq_lens},
-                                    {"extend_start_loc", &extend_start_loc}};
-  if (q8) {
+                                    {"extend_start_loc", &extend_start_loc},
+                                    {"encoder_lens", &opts.encoder_lens},
+                                    {"sinks", &opts.sinks}};
+  if (q8 && new_tokens) {
     written.push_back({"k_buffer", &k_buffer});
     written.push_back({"v_buffer", &v_buffer});
     (q8->k_dyn && !new_int8 ? written : read).push_back({"k_scale_buf", &q8->k_scale_buf});
@@ -153,11 +169,22 @@ void check_extend_ranges(const char* op, const at::Tensor& ext_t, const at::Tens
 }  // namespace
 
 void ops::extend_attention(const char* op, const ops::Int8KvArgs* int8, const at::Tensor& q_extend,
-                           const at::Tensor& k_extend, const at::Tensor& v_extend, at::Tensor& o_extend,
+                           const std::optional<at::Tensor>& k_extend_arg,
+                           const std::optional<at::Tensor>& v_extend_arg, at::Tensor& o_extend,
                            const at::Tensor& k_buffer, const at::Tensor& v_buffer, const at::Tensor& req_to_token,
                            const at::Tensor& req_pool_indices, const at::Tensor& seq_lens,
                            const at::Tensor& extend_seq_lens, const at::Tensor& extend_start_loc,
-                           int64_t max_len_extend, double sm_scale, double logit_cap) {
+                           int64_t max_len_extend, double sm_scale, double logit_cap,
+                           const ops::AttentionOptions& options) {
+  // Cross attention attends the encoder's cached tokens only: k_extend and
+  // v_extend are ignored (SGLang passes them, or None).
+  const bool new_tokens = !options.is_cross_attn;
+  const bool k_given = k_extend_arg.has_value() && k_extend_arg->defined();
+  const bool v_given = v_extend_arg.has_value() && v_extend_arg->defined();
+  TORCH_CHECK(!new_tokens || (k_given && v_given), op, ": k_extend and v_extend are required unless is_cross_attn=True; got ",
+              k_given ? "k_extend" : "no k_extend", " and ", v_given ? "v_extend" : "no v_extend");
+  const at::Tensor k_extend = new_tokens ? *k_extend_arg : at::Tensor();
+  const at::Tensor v_extend = new_tokens ? *v_extend_arg : at::Tensor();
   ops::Int8Setup q8{};
   bool new_int8 = false;
   if (int8) {
@@ -165,16 +192,22 @@ void ops::extend_attention(const char* op, const ops::Int8KvArgs* int8, const at
     checks::rank(op, "v_buffer", v_buffer, 3, "[max_total_tokens, H_kv, Dv]");
     checks::rank(op, "q_extend", q_extend, 3, "[T, H, D]");
     q8 = ops::check_int8_args(op, *int8, k_buffer, v_buffer);
-    new_int8 = ops::check_new_kv_dtype(op, "k_extend", k_extend, "v_extend", v_extend, "q_extend", q_extend);
+    if (new_tokens) {
+      new_int8 = ops::check_new_kv_dtype(op, "k_extend", k_extend, "v_extend", v_extend, "q_extend", q_extend);
+    }
   }
-  const DType dtype = check_layout(op, int8 != nullptr, q_extend, k_extend, v_extend, o_extend, k_buffer, v_buffer, req_to_token,
-                                   req_pool_indices, seq_lens, extend_seq_lens, extend_start_loc);
+  const DType dtype = check_layout(op, int8 != nullptr, new_tokens, q_extend, k_extend, v_extend, o_extend, k_buffer,
+                                   v_buffer, req_to_token, req_pool_indices, seq_lens, extend_seq_lens,
+                                   extend_start_loc);
   TORCH_CHECK(std::isfinite(sm_scale) && std::isfinite(static_cast<float>(sm_scale)), op, ": sm_scale = ",
               sm_scale, " is not a finite float32");
   checks::logit_cap(op, logit_cap);
   TORCH_CHECK(max_len_extend >= 0, op, ": max_len_extend = ", max_len_extend, " is negative");
-  check_extend_overlap(op, int8 ? &q8 : nullptr, new_int8, q_extend, k_extend, v_extend, o_extend, k_buffer,
-                       v_buffer, req_to_token, req_pool_indices, seq_lens, extend_seq_lens, extend_start_loc);
+  const ops::CheckedOptions opts =
+      ops::check_options(op, options, extend_seq_lens.size(0), q_extend.size(1), "q_extend", q_extend);
+  check_extend_overlap(op, int8 ? &q8 : nullptr, opts, new_tokens, new_int8, q_extend, k_extend, v_extend, o_extend,
+                       k_buffer, v_buffer, req_to_token, req_pool_indices, seq_lens, extend_seq_lens,
+                       extend_start_loc);
 
   // int64 copies (int32 is widened) of the per-sequence lengths and offsets.
   const at::Tensor ext = extend_seq_lens.to(at::kLong).contiguous();
@@ -186,19 +219,21 @@ void ops::extend_attention(const char* op, const ops::Int8KvArgs* int8, const at
   for (int64_t b = 0; b < batch; ++b) {
     prefix.data_ptr<int64_t>()[b] = seq.data_ptr<int64_t>()[b] - ext.data_ptr<int64_t>()[b];
   }
-  // The float kernel reads the map only for prefix tokens: those pool rows
-  // and slots are checked (entries for the new tokens are not read). The
-  // int8 operator also writes the new tokens to their slots
-  // req_to_token[row, prefix + i] (and, when they are int8 already, reads
-  // them back from there): all seq_lens entries are checked, and the written
-  // slots must be distinct.
+  // The float kernel reads the map only for the prefix tokens its queries
+  // see (or, in cross attention, the encoder's): those pool rows and slots
+  // are checked (entries for the new tokens are not read). The int8
+  // operator also writes the new tokens to their slots
+  // req_to_token[row, enc + prefix + i] (and, when they are int8 already,
+  // reads them back from there): those entries are checked too, and the
+  // written slots must be distinct.
+  at::Tensor stage1;  // keys per sequence in the kernel's stage 1
+  const ops::KeyColumns columns = ops::extend_key_columns(op, opts, seq, prefix, req_to_token.size(1),
+                                                          int8 != nullptr && new_tokens, &stage1);
   const token_map::CheckedTokenMaps maps =
-      int8 ? token_map::check_values(op, req_to_token, req_pool_indices, "seq_lens", seq, 
-                                     std::min(k_buffer.size(0), v_buffer.size(0)), 0, "")
-           : token_map::check_values(op, req_to_token, req_pool_indices, "prefix_lens (seq_lens - extend_seq_lens)",
-                                     prefix, std::min(k_buffer.size(0), v_buffer.size(0)), 0, "");
+      token_map::check_ranges(op, req_to_token, req_pool_indices, columns.firsts, columns.lens,
+                              std::min(k_buffer.size(0), v_buffer.size(0)));
   at::Tensor write_rows, write_slots;  // int8: row of k_extend/v_extend -> cache slot
-  if (int8) {
+  if (int8 && new_tokens) {
     int64_t n = 0;
     for (int64_t b = 0; b < batch; ++b) n += ext.data_ptr<int64_t>()[b];
     write_rows = at::empty({n}, at::kLong);
@@ -209,7 +244,8 @@ void ops::extend_attention(const char* op, const ops::Int8KvArgs* int8, const at
     std::vector<int64_t> owner(static_cast<size_t>(std::min(k_buffer.size(0), v_buffer.size(0))), -1);
     int64_t i = 0;
     for (int64_t b = 0; b < batch; ++b) {
-      const int64_t pre = prefix.data_ptr<int64_t>()[b], row = maps.pool_indices()[b];
+      // The new tokens' columns follow the keys of stage 1.
+      const int64_t pre = maps.first_columns()[b] + stage1.data_ptr<int64_t>()[b], row = maps.pool_indices()[b];
       for (int64_t j = 0; j < ext.data_ptr<int64_t>()[b]; ++j, ++i) {
         rows[i] = start.data_ptr<int64_t>()[b] + j;
         slots[i] = map.at(row, pre + j);
@@ -255,6 +291,10 @@ void ops::extend_attention(const char* op, const ops::Int8KvArgs* int8, const at
     kv.v_buffer_stride_h = v_buffer.stride(1);
     kv.loc = slots;
     ops::run_int8_write(q8, kv, new_int8, rows);
+  } else if (int8) {
+    const std::vector<bool> none_fresh_k(static_cast<size_t>(k_buffer.size(0)), false);
+    const std::vector<bool> none_fresh_v(static_cast<size_t>(v_buffer.size(0)), false);
+    ops::check_read_scales(op, q8, maps, none_fresh_k, none_fresh_v);
   }
 
   const KernelTable& table = ops::kernels();
@@ -269,7 +309,7 @@ void ops::extend_attention(const char* op, const ops::Int8KvArgs* int8, const at
   const int64_t items = offsets[batch] * heads;
   if (items == 0) return;  // empty batch, no new tokens, or no heads
 
-  const int64_t head_dim = q_extend.size(2), head_dim_v = v_extend.size(2);
+  const int64_t head_dim = q_extend.size(2), head_dim_v = v_buffer.size(2);
   const int64_t arena_bytes = table.extend_arena_bytes(head_dim, head_dim_v);
   // One worker per chunk the pool will run (each owns one arena slice).
   const int64_t workers = std::max<int64_t>(1, ops::parallel_chunks(items));
@@ -280,7 +320,7 @@ void ops::extend_attention(const char* op, const ops::Int8KvArgs* int8, const at
   p.dtype = dtype;
   p.batch = batch;
   p.heads = heads;
-  p.heads_kv = k_extend.size(1);
+  p.heads_kv = k_buffer.size(1);
   p.head_dim = head_dim;
   p.head_dim_v = head_dim_v;
   p.sm_scale = static_cast<float>(sm_scale);
@@ -288,12 +328,14 @@ void ops::extend_attention(const char* op, const ops::Int8KvArgs* int8, const at
   p.q = q_extend.data_ptr();
   p.q_stride_t = q_extend.stride(0);
   p.q_stride_h = q_extend.stride(1);
-  p.k = k_extend.data_ptr();
-  p.k_stride_t = k_extend.stride(0);
-  p.k_stride_h = k_extend.stride(1);
-  p.v = v_extend.data_ptr();
-  p.v_stride_t = v_extend.stride(0);
-  p.v_stride_h = v_extend.stride(1);
+  if (new_tokens) {
+    p.k = k_extend.data_ptr();
+    p.k_stride_t = k_extend.stride(0);
+    p.k_stride_h = k_extend.stride(1);
+    p.v = v_extend.data_ptr();
+    p.v_stride_t = v_extend.stride(0);
+    p.v_stride_h = v_extend.stride(1);
+  }
   p.o = o_extend.data_ptr();
   p.o_stride_t = o_extend.stride(0);
   p.o_stride_h = o_extend.stride(1);
@@ -308,7 +350,11 @@ void ops::extend_attention(const char* op, const ops::Int8KvArgs* int8, const at
   p.req_to_token_is_int64 = map.is_int64;
   p.req_to_token_stride = map.row_stride;
   p.req_pool_indices = maps.pool_indices();
-  p.prefix_lens = prefix.data_ptr<int64_t>();
+  p.kv_first = maps.first_columns();
+  p.prefix_lens = stage1.data_ptr<int64_t>();
+  p.window = opts.window;
+  p.cross = opts.cross;
+  p.sinks = opts.sinks_data();
   p.extend_lens = ext.data_ptr<int64_t>();
   p.extend_start = start.data_ptr<int64_t>();
   p.qblock_offsets = offsets;
@@ -317,22 +363,24 @@ void ops::extend_attention(const char* op, const ops::Int8KvArgs* int8, const at
   if (int8) {
     ops::set_int8_params(p, q8);
     // Float new tokens are attended as given; int8 ones are the cache's values.
-    p.new_tokens_from_cache = new_int8;
+    p.new_tokens_from_cache = new_tokens && new_int8;
   }
   table.extend_attention(p, ops::torch_pool());
 }
 
 namespace {
 
-void extend_attention_cpu(const at::Tensor& q_extend, const at::Tensor& k_extend, const at::Tensor& v_extend,
-                          at::Tensor& o_extend, const at::Tensor& k_buffer, const at::Tensor& v_buffer,
-                          const at::Tensor& req_to_token, const at::Tensor& req_pool_indices,
-                          const at::Tensor& seq_lens, const at::Tensor& extend_seq_lens,
-                          const at::Tensor& extend_start_loc, int64_t max_len_extend, double sm_scale,
-                          double logit_cap) {
+void extend_attention_cpu(const at::Tensor& q_extend, const std::optional<at::Tensor>& k_extend,
+                          const std::optional<at::Tensor>& v_extend, at::Tensor& o_extend, const at::Tensor& k_buffer,
+                          const at::Tensor& v_buffer, const at::Tensor& req_to_token,
+                          const at::Tensor& req_pool_indices, const at::Tensor& seq_lens,
+                          const at::Tensor& extend_seq_lens, const at::Tensor& extend_start_loc,
+                          int64_t max_len_extend, double sm_scale, double logit_cap, bool is_cross_attn,
+                          int64_t sliding_window_size, const std::optional<at::Tensor>& encoder_lens,
+                          const std::optional<at::Tensor>& sinks) {
   ops::extend_attention(kOp, nullptr, q_extend, k_extend, v_extend, o_extend, k_buffer, v_buffer, req_to_token,
                         req_pool_indices, seq_lens, extend_seq_lens, extend_start_loc, max_len_extend, sm_scale,
-                        logit_cap);
+                        logit_cap, {is_cross_attn, sliding_window_size, encoder_lens, sinks});
 }
 
 // [BLOCK_M, BLOCK_N, arena bytes per worker] of the active variant for the
@@ -351,9 +399,10 @@ std::vector<int64_t> extend_attention_blocking(int64_t head_dim, int64_t head_di
 
 TORCH_LIBRARY_FRAGMENT(rvv_attn, m) {
   m.def(
-      "extend_attention_cpu(Tensor q_extend, Tensor k_extend, Tensor v_extend, Tensor(a!) o_extend, "
+      "extend_attention_cpu(Tensor q_extend, Tensor? k_extend, Tensor? v_extend, Tensor(a!) o_extend, "
       "Tensor k_buffer, Tensor v_buffer, Tensor req_to_token, Tensor req_pool_indices, Tensor seq_lens, "
-      "Tensor extend_seq_lens, Tensor extend_start_loc, int max_len_extend, float sm_scale, float logit_cap) -> ()");
+      "Tensor extend_seq_lens, Tensor extend_start_loc, int max_len_extend, float sm_scale, float logit_cap, "
+      RVV_ATTN_OPTION_ARGS ") -> ()");
   m.def("extend_attention_blocking(int head_dim, int head_dim_v) -> int[]",
         &rvv_attn::extend_attention_blocking);
 }

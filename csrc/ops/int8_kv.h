@@ -51,7 +51,7 @@ bool check_new_kv_dtype(const char* op, const char* key_name, const at::Tensor& 
 void check_finite_rows(const char* op, const char* name, const at::Tensor& t, const at::Tensor& rows);
 
 // Every dynamic-mode scale the attention will read: for each sequence b the
-// slots req_to_token[req_pool_indices[b], 0 .. maps.lengths()[b]) and every
+// slots in its map columns [first, first + length) (see CheckedTokenMaps) and every
 // KV head. Slots listed in ``fresh`` (written with a computed scale this
 // call) are skipped. Each must be finite and > 0.
 void check_read_scales(const char* op, const Int8Setup& s, const token_map::CheckedTokenMaps& maps,

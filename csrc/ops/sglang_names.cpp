@@ -1,0 +1,146 @@
+// SGLang's operator names: the attention operators registered a second time
+// in the ``sgl_kernel`` namespace, with SGLang main's schemas (argument
+// names, types and order, its ``v_cahce`` spelling included), so that
+// SGLang's CPU backend calls these kernels unchanged. Registered on request
+// only (``import rvv_attn.sglang`` calls rvv_attn::register_sglang_names), so
+// that loading rvv_attn next to a real sgl-kernel build changes nothing.
+//
+// The wrappers are C++: a call through torch.ops.sgl_kernel reaches the same
+// validation and kernels as torch.ops.rvv_attn, with no Python in between.
+#include <ATen/core/Tensor.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <torch/library.h>
+
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "ops/attention.h"
+#include "ops/attention_options.h"
+
+namespace rvv_attn {
+namespace {
+
+using OptTensor = std::optional<at::Tensor>;
+
+void decode_attention_cpu(const at::Tensor& query, at::Tensor& k_cache, at::Tensor& v_cache, at::Tensor& output,
+                          const OptTensor& key, const OptTensor& value, const at::Tensor& loc, at::Tensor& attn_logits,
+                          const at::Tensor& req_to_token, const at::Tensor& req_pool_indices,
+                          const at::Tensor& seq_lens, double sm_scale, double logit_cap, bool is_cross_attn,
+                          int64_t sliding_window_size, const OptTensor& encoder_lens, const OptTensor& sinks) {
+  ops::decode_attention("sgl_kernel.decode_attention_cpu", nullptr, query, k_cache, v_cache, output, key, value, loc,
+                        attn_logits, req_to_token, req_pool_indices, seq_lens, sm_scale, logit_cap,
+                        {is_cross_attn, sliding_window_size, encoder_lens, sinks});
+}
+
+void extend_attention_cpu(const at::Tensor& q_extend, const OptTensor& k_extend, const OptTensor& v_extend,
+                          at::Tensor& o_extend, const at::Tensor& k_buffer, const at::Tensor& v_buffer,
+                          const at::Tensor& req_to_token, const at::Tensor& req_pool_indices,
+                          const at::Tensor& seq_lens, const at::Tensor& extend_seq_lens,
+                          const at::Tensor& extend_start_loc, int64_t max_len_extend, double sm_scale,
+                          double logit_cap, bool is_cross_attn, int64_t sliding_window_size,
+                          const OptTensor& encoder_lens, const OptTensor& sinks) {
+  ops::extend_attention("sgl_kernel.extend_attention_cpu", nullptr, q_extend, k_extend, v_extend, o_extend, k_buffer,
+                        v_buffer, req_to_token, req_pool_indices, seq_lens, extend_seq_lens, extend_start_loc,
+                        max_len_extend, sm_scale, logit_cap,
+                        {is_cross_attn, sliding_window_size, encoder_lens, sinks});
+}
+
+void decode_attention_int8_cpu(const at::Tensor& query, at::Tensor& k_cache, at::Tensor& v_cache,
+                               at::Tensor& output, const OptTensor& key, const OptTensor& value, const at::Tensor& loc,
+                               at::Tensor& attn_logits, const at::Tensor& req_to_token,
+                               const at::Tensor& req_pool_indices, const at::Tensor& seq_lens, double sm_scale,
+                               double logit_cap, at::Tensor& k_scale_buf, at::Tensor& v_scale_buf, double k_scale,
+                               double v_scale, bool is_cross_attn, int64_t sliding_window_size,
+                               const OptTensor& encoder_lens, const OptTensor& sinks) {
+  const ops::Int8KvArgs int8{k_scale_buf, v_scale_buf, k_scale, v_scale};
+  ops::decode_attention("sgl_kernel.decode_attention_int8_cpu", &int8, query, k_cache, v_cache, output, key, value,
+                        loc, attn_logits, req_to_token, req_pool_indices, seq_lens, sm_scale, logit_cap,
+                        {is_cross_attn, sliding_window_size, encoder_lens, sinks});
+}
+
+void extend_attention_int8_cpu(const at::Tensor& q_extend, const OptTensor& k_extend, const OptTensor& v_extend,
+                               at::Tensor& o_extend, at::Tensor& k_buffer, at::Tensor& v_buffer,
+                               const at::Tensor& req_to_token, const at::Tensor& req_pool_indices,
+                               const at::Tensor& seq_lens, const at::Tensor& extend_seq_lens,
+                               const at::Tensor& extend_start_loc, int64_t max_len_extend, double sm_scale,
+                               double logit_cap, at::Tensor& k_scale_buf, at::Tensor& v_scale_buf, double k_scale,
+                               double v_scale, bool is_cross_attn, int64_t sliding_window_size,
+                               const OptTensor& encoder_lens, const OptTensor& sinks) {
+  const ops::Int8KvArgs int8{k_scale_buf, v_scale_buf, k_scale, v_scale};
+  ops::extend_attention("sgl_kernel.extend_attention_int8_cpu", &int8, q_extend, k_extend, v_extend, o_extend,
+                        k_buffer, v_buffer, req_to_token, req_pool_indices, seq_lens, extend_seq_lens,
+                        extend_start_loc, max_len_extend, sm_scale, logit_cap,
+                        {is_cross_attn, sliding_window_size, encoder_lens, sinks});
+}
+
+// SGLang main's schemas; the alias annotations also mark the caches and
+// attn_logits, which SGLang's kernels write without declaring it.
+struct Entry {
+  const char* name;
+  const char* schema;
+};
+const Entry kEntries[] = {
+    {"decode_attention_cpu",
+     "decode_attention_cpu(Tensor query, Tensor(a!) k_cache, Tensor(b!) v_cahce, Tensor(c!) output, Tensor? key, "
+     "Tensor? value, Tensor loc, Tensor(d!) attn_logits, Tensor req_to_token, Tensor req_pool_indices, "
+     "Tensor seq_lens, float sm_scale, float logit_cap, " RVV_ATTN_OPTION_ARGS ") -> ()"},
+    {"extend_attention_cpu",
+     "extend_attention_cpu(Tensor q_extend, Tensor? k_extend, Tensor? v_extend, Tensor(a!) o_extend, "
+     "Tensor k_buffer, Tensor v_buffer, Tensor req_to_token, Tensor req_pool_indices, Tensor seq_lens, "
+     "Tensor extend_seq_lens, Tensor extend_start_loc, int max_len_extend, float sm_scale, float logit_cap, "
+     RVV_ATTN_OPTION_ARGS ") -> ()"},
+    // The RVV int8 port's names: the float schemas plus the cache's scales.
+    {"decode_attention_int8_cpu",
+     "decode_attention_int8_cpu(Tensor query, Tensor(a!) k_cache, Tensor(b!) v_cache, Tensor(c!) output, "
+     "Tensor? key, Tensor? value, Tensor loc, Tensor(d!) attn_logits, Tensor req_to_token, "
+     "Tensor req_pool_indices, Tensor seq_lens, float sm_scale, float logit_cap, Tensor(e!) k_scale_buf, "
+     "Tensor(f!) v_scale_buf, float k_scale, float v_scale, " RVV_ATTN_OPTION_ARGS ") -> ()"},
+    {"extend_attention_int8_cpu",
+     "extend_attention_int8_cpu(Tensor q_extend, Tensor? k_extend, Tensor? v_extend, Tensor(a!) o_extend, "
+     "Tensor(b!) k_buffer, Tensor(c!) v_buffer, Tensor req_to_token, Tensor req_pool_indices, Tensor seq_lens, "
+     "Tensor extend_seq_lens, Tensor extend_start_loc, int max_len_extend, float sm_scale, float logit_cap, "
+     "Tensor(e!) k_scale_buf, Tensor(f!) v_scale_buf, float k_scale, float v_scale, " RVV_ATTN_OPTION_ARGS
+     ") -> ()"},
+};
+
+}  // namespace
+
+// Registers every name of kEntries in sgl_kernel, once; returns the names.
+// If sgl_kernel defines any of them already (another library registered it),
+// raises naming it and registers nothing.
+std::vector<std::string> register_sglang_names() {
+  static std::mutex mutex;
+  static std::vector<std::unique_ptr<torch::Library>> libraries;  // live for the process
+  std::lock_guard<std::mutex> lock(mutex);
+  std::vector<std::string> names;
+  for (const Entry& e : kEntries) names.emplace_back(e.name);
+  if (!libraries.empty()) return names;
+  for (const Entry& e : kEntries) {
+    const auto existing = c10::Dispatcher::singleton().findSchema({std::string("sgl_kernel::") + e.name, ""});
+    TORCH_CHECK(!existing.has_value(), "rvv_attn.sglang: torch.ops.sgl_kernel.", e.name,
+                " is already defined (", existing.has_value() ? existing->schema().name() : "",
+                ", by another library, e.g. a real sgl-kernel build); rvv_attn registered none of its SGLang names. "
+                "Use one kernel library per process");
+  }
+  auto defs = std::make_unique<torch::Library>(torch::Library::FRAGMENT, "sgl_kernel", std::nullopt, __FILE__,
+                                               __LINE__);
+  for (const Entry& e : kEntries) defs->def(e.schema);
+  auto impls = std::make_unique<torch::Library>(torch::Library::IMPL, "sgl_kernel", c10::DispatchKey::CPU, __FILE__,
+                                                __LINE__);
+  impls->impl("decode_attention_cpu", &decode_attention_cpu);
+  impls->impl("extend_attention_cpu", &extend_attention_cpu);
+  impls->impl("decode_attention_int8_cpu", &decode_attention_int8_cpu);
+  impls->impl("extend_attention_int8_cpu", &extend_attention_int8_cpu);
+  libraries.push_back(std::move(defs));
+  libraries.push_back(std::move(impls));
+  return names;
+}
+
+}  // namespace rvv_attn
+
+TORCH_LIBRARY_FRAGMENT(rvv_attn, m) {
+  m.def("register_sglang_names() -> str[]", &rvv_attn::register_sglang_names);
+}
