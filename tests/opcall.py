@@ -161,14 +161,19 @@ def _check(op, storages: Mapping[int, _Storage], context: str) -> None:
 
 # ---- what each operator documents that it writes ------------------------------------------------
 def _new_token_slots(a: Mapping[str, object]) -> list[int]:
-    """Cache slots of extend's new tokens: req_to_token[req_pool_indices[b], prefix_b + i]."""
+    """Cache slots of extend's new tokens: req_to_token[req_pool_indices[b], enc_b + prefix_b + i] (none in
+    cross attention)."""
+    if a.get("is_cross_attn", False):
+        return []
     slots = []
     m, pools = a["req_to_token"], a["req_pool_indices"]
+    enc = a.get("encoder_lens")
     for b, (total, ext) in enumerate(zip(a["seq_lens"].tolist(), a["extend_seq_lens"].tolist())):
         row = int(pools[b])
-        if not (0 <= row < m.shape[0]) or ext <= 0 or total > m.shape[1]:
+        off = int(enc[b]) if enc is not None and b < enc.numel() else 0
+        if not (0 <= row < m.shape[0]) or ext <= 0 or off < 0 or off + total > m.shape[1]:
             continue  # an invalid call: rejected, and then nothing may change
-        slots += [int(s) for s in m[row, max(total - ext, 0):total].tolist()]
+        slots += [int(s) for s in m[row, off + max(total - ext, 0):off + total].tolist()]
     return slots
 
 
@@ -181,7 +186,7 @@ def _owned_rows(a: Mapping[str, object]) -> list[int]:
 def documented_writes(name: str, a: Mapping[str, object]) -> dict[str, torch.Tensor]:
     """The elements operator ``name`` may change, per its documentation, for arguments ``a``."""
     writes: dict[str, torch.Tensor] = {}
-    if name == "decode_set_kv_buffer" or name.startswith("decode_attention"):
+    if name == "decode_set_kv_buffer" or (name.startswith("decode_attention") and a.get("key") is not None):
         new_slots, new_rows = a["loc"], a["key"]
     elif name == "extend_attention_int8_cpu":
         new_slots, new_rows = _new_token_slots(a), a["k_extend"]
@@ -190,7 +195,7 @@ def documented_writes(name: str, a: Mapping[str, object]) -> dict[str, torch.Ten
     if new_slots is not None and name != "extend_attention_cpu":
         writes["k_buffer"] = rows(a["k_buffer"], new_slots)
         writes["v_buffer"] = rows(a["v_buffer"], new_slots)
-    if name.endswith("int8_cpu") and new_rows.dtype != torch.int8:
+    if name.endswith("int8_cpu") and new_rows is not None and new_rows.dtype != torch.int8:
         # Dynamic (NaN) scales of float rows are computed and stored; int8 rows come with the caller's.
         for side in ("k", "v"):
             if math.isnan(a[f"{side}_scale"]):

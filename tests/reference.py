@@ -155,3 +155,107 @@ def decode_split_partials(query: torch.Tensor, k_buffer: torch.Tensor, v_buffer:
             lse[b, :, s] = torch.logsumexp(part, dim=-1)
             out[b, :, s] = torch.einsum("hl,lhd->hd", torch.softmax(part, dim=-1), v[lo:hi])
     return out, lse
+
+
+# ---- SGLang main's options: sliding window, sinks, encoder offset, cross attention -------------
+# Written from the contract, with explicit visibility masks over decoder
+# positions (the kernels instead narrow key ranges per split / per block).
+
+def _attend(queries: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, visible: torch.Tensor,
+            sm_scale: float, logit_cap: float, sinks: torch.Tensor | None) -> torch.Tensor:
+    """softmax(scores masked by ``visible``, with a sink column per head that is dropped after) @ values.
+
+    queries [H, Q, D], keys [H, K, D], values [H, K, Dv], visible [Q, K] bool.
+    A query row that sees no key gives zeros (with or without a sink).
+    """
+    heads, rows = queries.shape[0], queries.shape[1]
+    scores = queries @ keys.transpose(1, 2) * sm_scale  # [H, Q, K]
+    if logit_cap > 0:
+        scores = logit_cap * torch.tanh(scores / logit_cap)
+    scores = scores.masked_fill(~visible, float("-inf"))
+    if sinks is not None:
+        sink_col = sinks.double().view(heads, 1, 1).expand(heads, rows, 1)
+        weights = torch.softmax(torch.cat([scores, sink_col], dim=-1), dim=-1)[..., :-1]
+    else:
+        weights = torch.softmax(scores, dim=-1)
+    weights = torch.nan_to_num(weights, nan=0.0)  # rows with no visible key (and no sink): 0/0
+    weights = weights * visible.any(dim=-1, keepdim=True)  # ... and with a sink: nothing to weigh
+    return weights @ values
+
+
+def decode_attention_options(query: torch.Tensor, k_buffer: torch.Tensor, v_buffer: torch.Tensor,
+                             req_to_token: torch.Tensor, req_pool_indices: torch.Tensor, seq_lens: torch.Tensor,
+                             sm_scale: float, logit_cap: float, *, window: int = -1,
+                             sinks: torch.Tensor | None = None, encoder_lens: torch.Tensor | None = None,
+                             cross: bool = False) -> torch.Tensor:
+    """Decode with SGLang main's options, float64 [B, H, Dv].
+
+    Self attention: the query (position L - 1) sees decoder positions j with
+    L - W <= j < L (all with W <= 0), read from column enc + j of the pool row.
+    Cross attention: the encoder's enc tokens, columns 0 .. enc - 1, all seen.
+    """
+    batch, heads, _ = query.shape
+    group = heads // k_buffer.shape[1]
+    out = torch.zeros(batch, heads, v_buffer.shape[2], dtype=torch.float64)
+    for b in range(batch):
+        enc = int(encoder_lens[b]) if encoder_lens is not None else 0
+        row = req_to_token[int(req_pool_indices[b])]
+        if cross:
+            slots = row[:enc].long()
+            visible = torch.ones(1, enc, dtype=torch.bool)
+        else:
+            length = int(seq_lens[b])
+            slots = row[enc:enc + length].long()
+            positions = torch.arange(length)
+            visible = (positions >= length - window) if window > 0 else torch.ones(length, dtype=torch.bool)
+            visible = visible[None, :]
+        k = k_buffer[slots].double().repeat_interleave(group, dim=1).transpose(0, 1)  # [H, K, D]
+        v = v_buffer[slots].double().repeat_interleave(group, dim=1).transpose(0, 1)
+        out[b] = _attend(query[b].double()[:, None, :], k, v, visible, sm_scale, logit_cap, sinks)[:, 0]
+    return out
+
+
+def extend_attention_options(q_extend: torch.Tensor, k_extend: torch.Tensor | None, v_extend: torch.Tensor | None,
+                             k_buffer: torch.Tensor, v_buffer: torch.Tensor, req_to_token: torch.Tensor,
+                             req_pool_indices: torch.Tensor, seq_lens: torch.Tensor, extend_seq_lens: torch.Tensor,
+                             extend_start_loc: torch.Tensor, sm_scale: float, logit_cap: float, *, window: int = -1,
+                             sinks: torch.Tensor | None = None, encoder_lens: torch.Tensor | None = None,
+                             cross: bool = False) -> torch.Tensor:
+    """Extend with SGLang main's options, float64 [T, H, Dv] (rows no sequence owns: NaN).
+
+    Self attention: new token i (position P + i) sees the prefix (columns
+    enc .. enc + P - 1) and new tokens up to itself, positions j with
+    P + i - W < j <= P + i (no lower bound with W <= 0). Cross attention: the
+    encoder tokens (columns 0 .. enc - 1) only, all of them, for every row.
+    """
+    tokens, heads, _ = q_extend.shape
+    heads_kv, head_dim_v = k_buffer.shape[1], v_buffer.shape[2]
+    group = heads // heads_kv
+    out = torch.full((tokens, heads, head_dim_v), float("nan"), dtype=torch.float64)
+    for b in range(seq_lens.shape[0]):
+        ext = int(extend_seq_lens[b])
+        if ext == 0:
+            continue
+        prefix = int(seq_lens[b]) - ext
+        start = int(extend_start_loc[b])
+        enc = int(encoder_lens[b]) if encoder_lens is not None else 0
+        rows = slice(start, start + ext)
+        row = req_to_token[int(req_pool_indices[b])]
+        if cross:
+            slots = row[:enc].long()
+            keys, values = k_buffer[slots], v_buffer[slots]
+            visible = torch.ones(ext, enc, dtype=torch.bool)
+        else:
+            slots = row[enc:enc + prefix].long()
+            keys = torch.cat([k_buffer[slots], k_extend[rows]])
+            values = torch.cat([v_buffer[slots], v_extend[rows]])
+            key_pos = torch.arange(prefix + ext)[None, :]
+            query_pos = (prefix + torch.arange(ext))[:, None]
+            visible = key_pos <= query_pos
+            if window > 0:
+                visible &= key_pos > query_pos - window
+        k = keys.double().repeat_interleave(group, dim=1).transpose(0, 1)
+        v = values.double().repeat_interleave(group, dim=1).transpose(0, 1)
+        out[rows] = _attend(q_extend[rows].double().transpose(0, 1), k, v, visible, sm_scale, logit_cap,
+                            sinks).transpose(0, 1)
+    return out
