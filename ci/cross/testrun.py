@@ -149,7 +149,7 @@ def summary_table(since: float) -> list[str]:
         rows.append(f"{status} {data['label']:<24} {text}{where}")
         slow = slowest_files(folder / "junit.xml")
         if slow:
-            rows.append(f"     {'':<24} slowest files: " + ", ".join(f"{name} {secs:.0f} s" for name, secs in slow))
+            rows.append(f"     {'':<24} slowest files: " + ", ".join(f"{name} {short_seconds(secs)}" for name, secs in slow))
     return rows
 
 
@@ -192,6 +192,11 @@ def session_clock(name: str) -> Iterator[None]:
         folder.mkdir(parents=True, exist_ok=True)
         (folder / f"{name}.json").write_text(json.dumps(
             {"name": name, "started": started, "seconds": round(time.time() - started, 1), "ok": ok}) + "\n")
+
+
+def short_seconds(value: float) -> str:
+    """``42.4`` -> ``42 s``, ``0.35`` -> ``0.3 s``: short times keep a decimal."""
+    return f"{value:.0f} s" if value >= 10 else f"{value:.1f} s"
 
 
 def duration(seconds: float) -> str:

@@ -173,3 +173,14 @@ def test_the_single_vlen_sessions_leave_the_test_tag_to_test_emulated():
     assert '@nox.session(name="test-emulated", tags=["test"])' in noxfile
     assert '@nox.session(name=f"test-{variant.name}")' in noxfile  # no tag: -t test would run it twice
     assert 'tags=["agnostic"]' in noxfile
+
+
+def test_byte_compile_starts_with_the_largest_trees(tmp_path):
+    from cross import sysroot
+
+    for name, files in (("small", 1), ("large", 5), ("medium", 3)):
+        for i in range(files):
+            (tmp_path / name / "sub").mkdir(parents=True, exist_ok=True)
+            (tmp_path / name / "sub" / f"m{i}.py").write_text("")
+    trees = [tmp_path / n for n in ("small", "large", "medium")]
+    assert [t.name for t in sysroot.largest_first(trees)] == ["large", "medium", "small"]
