@@ -2,11 +2,14 @@
 
 The logic lives in ci/cross (importable and unit tested); the sessions only
 string its steps together. `nox -l` lists them; `nox -t test` runs the whole
-matrix (host, every VLEN, the agnostic-policy lane) and prints one line each.
+matrix (host, every VLEN and the agnostic-policy lanes, two emulated
+configurations at a time) and ends with each session's wall time and each
+configuration's result and slowest test files.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import sys
@@ -17,8 +20,8 @@ import nox
 
 sys.path.insert(0, str(Path(__file__).parent / "ci"))
 
-from cross import (bench, build, ci_matrix, demo, host, install_test, plugin_qemu, qemu, release, repro,  # noqa: E402
-                   sysroot, testrun, vlens)
+from cross import (bench, build, ci_matrix, demo, host, install_test, matrix, plugin_qemu, qemu, release,  # noqa: E402
+                   repro, sysroot, testrun, vlens)
 from cross import warm as warm_targets  # noqa: E402
 from cross.errors import CrossError  # noqa: E402
 from cross.paths import BUILD_DIR  # noqa: E402
@@ -40,6 +43,15 @@ TEST_REQUIREMENTS = ["pytest>=8", "hypothesis==6.130.5", "numpy",
 # Sessions of one `nox` invocation share this module: the summary session
 # reports only what this invocation ran.
 RUN_STARTED = time.time()
+
+
+def _timed(func):
+    """Record the session's wall time for the summary session (sessions of `nox -t test`)."""
+    @functools.wraps(func)
+    def timed(session: nox.Session) -> None:
+        with testrun.session_clock(session.name):
+            func(session)
+    return timed
 
 
 def _toolchain(session: nox.Session) -> tuple[Path, Path]:
@@ -129,6 +141,7 @@ def setup(session: nox.Session) -> None:
 
 
 @nox.session(name="test-host", tags=["test"])
+@_timed
 def test_host(session: nox.Session) -> None:
     """Build the portable kernels for this host and run the suite natively, plus the driver's unit tests."""
     _host_build(session)
@@ -136,6 +149,7 @@ def test_host(session: nox.Session) -> None:
 
 
 @nox.session(name="test-toolchain", tags=["test"])
+@_timed
 def test_toolchain(session: nox.Session) -> None:
     """Check the toolchain: QEMU pin, sysroot fix-ups, the wheel's variants, incremental rebuilds, the agnostic lane."""
     qemu_bin, root = _toolchain(session)
@@ -180,16 +194,17 @@ def _demo_vlen(session: nox.Session, variant: vlens.Variant) -> None:
 def _register_vlen_sessions(variant: vlens.Variant) -> None:
     where = f"VLEN {variant.vlen} ({variant.board})"
 
-    @nox.session(name=f"test-{variant.name}", tags=["test"])
+    # `nox -t test` runs this configuration in test-emulated, beside the others; this session is for one VLEN.
+    @nox.session(name=f"test-{variant.name}")
+    @_timed
     def test(session: nox.Session) -> None:
         _test_vlen(session, variant, agnostic=False)
 
     portable = ", for its RVV build and the portable one" if variant.vlen == vlens.portable_lane() else ""
-    test.__doc__ = f"Cross-build, then run the suite under qemu-riscv64 at {where}{portable}."
+    test.__doc__ = f"Cross-build, then run the whole suite under qemu-riscv64 at {where}{portable}."
 
-    tags = ["agnostic"] + (["test"] if variant.vlen in vlens.agnostic_lane() else [])
-
-    @nox.session(name=f"test-{variant.name}-agnostic", tags=tags, default=False)
+    @nox.session(name=f"test-{variant.name}-agnostic", tags=["agnostic"], default=False)
+    @_timed
     def test_agnostic(session: nox.Session) -> None:
         _test_vlen(session, variant, agnostic=True)
 
@@ -215,7 +230,38 @@ for _variant in vlens.variants():
     _register_vlen_sessions(_variant)
 
 
+@nox.session(name="test-emulated", tags=["test"])
+@_timed
+def test_emulated(session: nox.Session) -> None:
+    """Every VLEN and the agnostic lanes under QEMU, two at a time: the emulated part of `nox -t test`.
+
+    Each configuration runs as in its test-vlenN[-agnostic] session, in its own process, log and JUnit XML
+    (build/results/test-<configuration>/); the tests marked variant_independent run in one of them only
+    (variant_independent_lane in toolchains/vlens.json). Options before the pytest arguments: --jobs=N (default:
+    the number of cores), --configs=vlen128,vlen1024-agnostic.
+    """
+    try:
+        opts = matrix.parse_posargs(session.posargs)
+    except CrossError as err:
+        session.error(str(err))
+    qemu_bin, root = _toolchain(session)
+    stage = _stage_for(session, root, sorted({c.variant for c in opts.configs}, key=lambda v: v.vlen))
+    jobs = opts.jobs or matrix.default_jobs()
+    log(f"running {len(opts.configs)} emulated configurations, {jobs} at a time; each one's log, JUnit XML and "
+        f"summary in build/results/test-<configuration>/; variant-independent tests at VLEN "
+        f"{vlens.variant_independent_lane()} only")
+    log(repro.warm_report(opts.configs))
+    started = time.monotonic()
+    results = matrix.run(opts.configs, matrix.command_factory(qemu_bin, root, stage, opts.pytest_args), jobs, log)
+    print("\n".join(["", *matrix.report_lines(results, time.monotonic() - started, jobs)]), flush=True)
+    failed = [matrix.label(r.config) for r in results if not matrix.ok(r)]
+    if failed:
+        session.error(f"failed: {', '.join(failed)} (failing tests above)")
+
+
+
 @nox.session(tags=["test"], default=False)
+@_timed
 def sanitize(session: nox.Session) -> None:
     """Run the suite on the host against an AddressSanitizer + UBSan build of the portable kernels."""
     try:
@@ -392,6 +438,7 @@ def install_test_all(session: nox.Session) -> None:
 
 
 @nox.session(name="install-test-quick", tags=["test"], default=False)
+@_timed
 def install_test_quick(session: nox.Session) -> None:
     """The install test's share of `nox -t test`: every operator without V, the runtime checks at one VLEN."""
     _install_test(session, install_test.quick_plan(), None)
@@ -497,6 +544,7 @@ def _check_against_baseline(session: nox.Session, doc: dict, require_every_row: 
 
 
 @nox.session(name="bench-check", tags=["test"], default=False)
+@_timed
 def bench_check(session: nox.Session) -> None:
     """Check the instruction-count plugin on a known loop, and one decode and one extend shape against the baseline."""
     runner = _bench_runner(session)
@@ -513,6 +561,9 @@ def bench_check(session: nox.Session) -> None:
 
 @nox.session(python=False, tags=["test"], default=False)
 def summary(session: nox.Session) -> None:
-    """Print one line per test configuration run by this nox invocation (last of `nox -t test`)."""
+    """Print each session's wall time, then each test configuration's result and slowest files (last of -t test)."""
+    sessions = testrun.session_table(RUN_STARTED)
     rows = testrun.summary_table(RUN_STARTED)
-    print("\n".join(["", "rvv-attn test summary:", *(rows or ["(no test session ran in this invocation)"])]))
+    print("\n".join(["", "rvv-attn test summary:", "sessions, in the order they ran (wall time):",
+                     *(sessions or ["(no timed session ran in this invocation)"]),
+                     "configurations:", *(rows or ["(no test session ran in this invocation)"])]))

@@ -6,12 +6,22 @@ and, where RVV_ATTN_TEST_PORTABLE=1 (test-vlen128; the portable build runs
 no vector instruction, so one VLEN covers it), also with the portable build
 compiled for riscv64. A test marked ``rvv`` fails (it does not skip) if the
 RVV variant is not active.
+
+A test marked ``variant_independent`` cannot reach a kernel (the call is
+refused before dispatch, or the test is Python-only or about packaging): it
+gives the same answer at every VLEN, so `nox -t test` runs it once, not in
+every emulated configuration (RVV_ATTN_VARIANT_INDEPENDENT=deselect drops it
+from the others). The default is safe: an unmarked test runs everywhere. The
+marker is checked: such a test fails if it looks up the active variant's
+kernel table (every kernel call does) outside the ``kernel_variant`` fixture.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import zlib
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -20,6 +30,9 @@ from hypothesis import __version__ as hypothesis_version
 
 _SEED = pytest.StashKey[int]()
 _DESELECTED = pytest.StashKey[int]()
+_LOOKUPS_AT_SETUP = pytest.StashKey[int]()
+_LOOKUPS_EXCUSED = pytest.StashKey[int]()
+_LOOKUP_REPORT = pytest.StashKey[dict]()
 
 # Property-based tests: bounded by default (CI, emulated runs), many more
 # examples on demand: HYPOTHESIS_PROFILE=dev. Each configuration draws from its
@@ -37,11 +50,19 @@ settings.register_profile("dev", max_examples=400, **_common)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 EXPECTED_VARIANT = os.environ.get("RVV_ATTN_EXPECT_VARIANT", "")
+# "deselect" in every configuration of `nox -t test` but the one that runs the variant-independent tests.
+VARIANT_INDEPENDENT = os.environ.get("RVV_ATTN_VARIANT_INDEPENDENT", "run")
 
 
 def default_hypothesis_seed() -> int:
     """This configuration's seed: a hash of the variant under test (``host`` for the host's portable run)."""
     return zlib.crc32(f"rvv-attn/{EXPECTED_VARIANT or 'host'}".encode())
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--kernel-lookups-report", metavar="FILE", default=None,
+                     help="write, per test, how often it looked up the kernel table (JSON): which tests could be "
+                          "marked variant_independent")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -87,6 +108,9 @@ def pytest_deselected(items: list[pytest.Item]) -> None:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_sessionfinish(session: pytest.Session) -> None:
+    report = session.config.stash.get(_LOOKUP_REPORT, None)
+    if report is not None:
+        Path(session.config.getoption("kernel_lookups_report")).write_text(json.dumps(report, indent=1) + "\n")
     # Recorded in the JUnit XML (a <property> of the test suite) for the run summary.
     try:
         from _pytest.junitxml import xml_key
@@ -101,6 +125,8 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     # A broken build must fail the run, never turn into skipped tests.
     if rvv_attn is None:
         raise pytest.UsageError(f"cannot import rvv_attn: {IMPORT_ERROR}")
+    if session.config.getoption("kernel_lookups_report"):
+        session.config.stash[_LOOKUP_REPORT] = {}
 
 
 def rvv_active() -> bool:
@@ -118,13 +144,26 @@ def runnable_variants() -> list[str]:
     return (["portable"] if portable_here else []) + rvv
 
 
+def _deselect(config: pytest.Config, items: list[pytest.Item], keyword: str) -> None:
+    """Drop the items carrying ``keyword``, reported as "N deselected" in the summary line, not hidden."""
+    dropped = [item for item in items if keyword in item.keywords]
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = [item for item in items if keyword not in item.keywords]
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    both = [item.nodeid for item in items if "variant_independent" in item.keywords and "rvv" in item.keywords]
+    if both:
+        raise pytest.UsageError(f"marked both rvv and variant_independent (an RVV test depends on the variant): "
+                                f"{', '.join(both)}")
+    if VARIANT_INDEPENDENT not in ("run", "deselect"):
+        raise pytest.UsageError(f"RVV_ATTN_VARIANT_INDEPENDENT={VARIANT_INDEPENDENT}: use 'run' (the default) or "
+                                "'deselect' (a configuration other than the one that runs them)")
+    if VARIANT_INDEPENDENT == "deselect":
+        _deselect(config, items, "variant_independent")
     if EXPECTED_VARIANT:
-        # Reported as "N deselected" in the summary line, not hidden.
-        slow = [item for item in items if "host_only" in item.keywords]
-        if slow:
-            config.hook.pytest_deselected(items=slow)
-            items[:] = [item for item in items if "host_only" not in item.keywords]
+        _deselect(config, items, "host_only")
     if EXPECTED_VARIANT == "portable":
         # The install test on a CPU without V: the portable build must be the
         # active one; the RVV tests cannot run there and are reported skipped.
@@ -154,8 +193,40 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 @pytest.fixture
 def kernel_variant(request: pytest.FixtureRequest):
     """Run the test with one kernel variant selected, then restore the previous one."""
+    before = _table_lookups()
     with rvv_attn.use_variant(request.param) as name:
         active = rvv_attn.runtime_info()["active_variant"]
         assert name == request.param and active == request.param, \
             f"asked for kernel variant {request.param}, but {active} is active"
+        # Selecting and checking the variant looks the table up; that is not the test reaching a kernel.
+        stash = request.node.stash
+        stash[_LOOKUPS_EXCUSED] = stash.get(_LOOKUPS_EXCUSED, 0) + _table_lookups() - before
         yield name
+
+
+def _table_lookups() -> int:
+    """How often an operator has looked up the active variant's kernel table in this process (C++ counter)."""
+    return rvv_attn.ops.kernel_table_lookups()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item: pytest.Item):
+    item.stash[_LOOKUPS_AT_SETUP] = _table_lookups()
+    return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item):
+    """Fail a variant_independent test that reached the kernels (in its fixtures' setup or its body)."""
+    try:
+        return (yield)
+    finally:
+        lookups = _table_lookups() - item.stash.get(_LOOKUPS_AT_SETUP, 0) - item.stash.get(_LOOKUPS_EXCUSED, 0)
+        report = item.config.stash.get(_LOOKUP_REPORT, None)
+        if report is not None:
+            report[item.nodeid] = lookups
+        if lookups and "variant_independent" in item.keywords:
+            raise AssertionError(
+                f"{item.nodeid} is marked variant_independent but looked up the kernel table {lookups} time(s): "
+                "it called a kernel (or asked for the variant's blocking or name), so its result can depend on "
+                "the VLEN. Remove the marker: it then runs in every emulated configuration.")

@@ -363,6 +363,7 @@ def test_output_rounds_to_nearest_even(kernel_variant, dtype):
     assert torch.equal(case.output[:, 0].view(torch.int16), expected.view(torch.int16))
 
 
+@pytest.mark.variant_independent
 def test_empty_batch_is_a_no_op(kernel_variant):
     case = make_case([], 4, 2, 16, 16, torch.float32, 2)
     k_before, v_before = case.k_buffer.clone(), case.v_buffer.clone()
@@ -465,6 +466,7 @@ BAD_INPUTS = {
 }
 
 
+@pytest.mark.variant_independent
 @pytest.mark.parametrize("name", list(BAD_INPUTS))
 def test_bad_input_raises_a_clear_error_and_writes_nothing(kernel_variant, name):
     mutate, message = BAD_INPUTS[name]

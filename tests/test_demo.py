@@ -33,6 +33,7 @@ def test_demo_int8_cache_on_one_backend(capsys, monkeypatch):
 @pytest.mark.parametrize("bad, message", [(["--backends", "rvv,flash"], "unknown backend flash"),
                                           (["--prompt-lens", "3,x"], "not a comma-separated list"),
                                           (["--kv-cache", "int4"], "invalid choice")])
+@pytest.mark.variant_independent
 def test_demo_rejects_bad_options(bad, message, capsys):
     with pytest.raises(SystemExit):
         demo.parse_args(bad)

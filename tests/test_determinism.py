@@ -76,6 +76,7 @@ CALLS: dict[str, Callable[[], tuple[torch.Tensor, ...]]] = {
 }
 
 
+@pytest.mark.variant_independent
 @pytest.mark.parametrize("threads", [1, 2])
 def test_the_pool_runs_chunks_at_the_same_time(kernel_variant, restore_threads, threads):
     # Each of the `threads` chunks waits for all the others (up to 30 s): only

@@ -534,6 +534,7 @@ def test_the_extreme_usable_scales_are_accepted(kernel_variant):
     t.run()
 
 
+@pytest.mark.variant_independent
 def test_float_operators_refuse_an_int8_cache(kernel_variant):
     t = _valid_decode()
     c = t.case

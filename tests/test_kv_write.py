@@ -59,6 +59,7 @@ def test_rows_land_at_their_slots_and_nothing_else_changes(kernel_variant, dtype
     assert torch.equal(v_buffer, v_expected)
 
 
+@pytest.mark.variant_independent
 def test_empty_batch_is_a_no_op(kernel_variant):
     k_buffer, v_buffer, key, value, loc = make_case(0, 2, 16, 16, torch.float32)
     before = k_buffer.clone(), v_buffer.clone()
@@ -95,6 +96,7 @@ BAD_INPUTS = {
 }
 
 
+@pytest.mark.variant_independent
 @pytest.mark.parametrize("name", list(BAD_INPUTS))
 def test_bad_input_raises_a_clear_error_and_writes_nothing(kernel_variant, name):
     mutate, message = BAD_INPUTS[name]

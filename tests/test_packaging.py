@@ -45,6 +45,7 @@ def test_at_hwcap_fallback_sees_the_same_v_and_vlen():
     assert list(extensions) == (["v"] if info["cpu_vlen"] else [])
 
 
+@pytest.mark.variant_independent
 def test_unknown_probe_is_refused_by_name():
     with pytest.raises(RuntimeError, match=r"probe must be 'auto' or 'hwcap', got 'cpuid'"):
         rvv_attn.ops.cpu_features("cpuid")
@@ -56,6 +57,7 @@ def test_version_and_torch_record_match_the_installed_metadata():
     assert major_minor(info["built_against_torch"]) == major_minor(torch.__version__)
 
 
+@pytest.mark.variant_independent
 def test_installed_package_is_imported_from_the_venv():
     venv = os.environ.get("RVV_ATTN_EXPECT_INSTALLED_IN")
     if not venv:
@@ -66,11 +68,13 @@ def test_installed_package_is_imported_from_the_venv():
     assert sys.prefix != sys.base_prefix  # running in the venv
 
 
+@pytest.mark.variant_independent
 @pytest.mark.parametrize("running", ["2.6.0", "2.6.0+debian", "2.6.3", "2.6.0a0+git1234"])
 def test_torch_guard_accepts_the_same_major_minor(running):
     check_torch_version("0.1", "2.6.0", running)
 
 
+@pytest.mark.variant_independent
 @pytest.mark.parametrize("running", ["2.7.0", "2.5.1+debian", "3.6.0", "2.13.0"])
 def test_torch_guard_names_both_versions_and_what_to_do(running):
     with pytest.raises(ImportError) as err:
@@ -80,6 +84,7 @@ def test_torch_guard_names_both_versions_and_what_to_do(running):
     assert "rvv_attn 0.2.dev3" in message and "python3-torch" in message and "--no-binary rvv-attn" in message
 
 
+@pytest.mark.variant_independent
 def test_torch_guard_rejects_a_string_that_is_not_a_version():
     with pytest.raises(ValueError, match="not a torch version: 'debian'"):
         major_minor("debian")

@@ -10,6 +10,8 @@ import torch
 from rvv_attn.batch import ForwardMode, prepare_decode, prepare_extend
 from rvv_attn.pools import Int8KVPool, Int8Scales, KVPool, PoolExhaustedError, ReqToTokenPool, make_kv_pool
 
+pytestmark = pytest.mark.variant_independent
+
 
 def kv_pool(size: int = 16, **kw) -> KVPool:
     return KVPool(size, num_layers=2, heads_kv=2, head_dim=8, head_dim_v=4, dtype=torch.float32, **kw)

@@ -310,6 +310,7 @@ def test_one_tensor_for_both_written_scale_buffers_is_refused(kernel_variant):
     assert torch.all(out == 7.0)
 
 
+@pytest.mark.variant_independent
 @pytest.mark.parametrize("name", ["expanded o_extend", "o_extend over q_extend", "o_extend over k_buffer",
                                   "o_extend over extend_start_loc"])
 def test_extend_refuses_overlapping_output(kernel_variant, name):

@@ -173,16 +173,20 @@ def warm_report(configs: Sequence[Config]) -> str:
 
 
 def run_matrix(configs: Sequence[Config], command_for: Runner, out_dir: Path, jobs: int = 0,
-               stop_at_first_failure: bool = False, report: Callable[[str], None] = print) -> list[ConfigResult]:
-    """Run every configuration (``command_for`` gives its command and environment) in parallel."""
+               stop_at_first_failure: bool = False, report: Callable[[str], None] = print,
+               paths: Callable[[Config], tuple[Path, Path]] | None = None) -> list[ConfigResult]:
+    """Run every configuration (``command_for`` gives its command and environment) in parallel.
+
+    ``jobs`` processes at once, started in the order of ``configs``; each writes its log and JUnit XML to
+    ``paths(config)`` (default: ``out_dir/<label>.log`` and ``.xml``).
+    """
     out_dir.mkdir(parents=True, exist_ok=True)
     jobs = jobs or os.cpu_count() or 1
     results: list[ConfigResult] = []
     failed = False
 
     def one(config: Config) -> ConfigResult:
-        log_path = out_dir / f"{config.label}.log"
-        junit = out_dir / f"{config.label}.xml"
+        log_path, junit = paths(config) if paths else (out_dir / f"{config.label}.log", out_dir / f"{config.label}.xml")
         junit.unlink(missing_ok=True)
         if stop_at_first_failure and failed:
             return ConfigResult(config, -1, 0.0, log_path, {})

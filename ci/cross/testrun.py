@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import sys
 import time
 import xml.etree.ElementTree as ET
-from collections.abc import Sequence
+from collections import defaultdict
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -131,17 +133,87 @@ def write_summary(label: str, returncode: int, outcome: Outcome | None, **detail
 
 
 def summary_table(since: float) -> list[str]:
-    """One line per configuration whose results were written after ``since``."""
+    """One line per configuration whose results were written after ``since``, with its slowest test files."""
     rows = []
-    found = [json.loads(p.read_text()) for p in (BUILD_DIR / "results").glob("*/summary.json")]
-    for data in sorted(found, key=lambda d: d.get("finished", 0)):  # in the order they ran
+    results = BUILD_DIR / "results"
+    found = [(p.parent, json.loads(p.read_text())) for p in results.glob("*/summary.json")]
+    for folder, data in sorted(found, key=lambda d: d[1].get("finished", 0)):  # in the order they ran
         if data.get("finished", 0) < since:
             continue
         outcome = Outcome(**data["outcome"]) if data.get("outcome") else None
         status = "ok  " if data["returncode"] == 0 and outcome is not None and outcome.ok else "FAIL"
         text = outcome.line() if outcome else f"no report (exit code {data['returncode']})"
+        if data.get("wall_seconds"):
+            text += f" (wall {data['wall_seconds']:.0f} s)"
         where = f"  [{data['qemu_cpu']}]" if data.get("qemu_cpu") else ""
         rows.append(f"{status} {data['label']:<24} {text}{where}")
+        slow = slowest_files(folder / "junit.xml")
+        if slow:
+            rows.append(f"     {'':<24} slowest files: " + ", ".join(f"{name} {short_seconds(secs)}" for name, secs in slow))
+    return rows
+
+
+def case_file(classname: str) -> str:
+    """The file of a JUnit test case from its classname (``tests.test_kv_write`` -> ``tests/test_kv_write.py``)."""
+    parts = classname.split(".")
+    for i, part in enumerate(parts):
+        if part.startswith("test_"):
+            return "/".join(parts[: i + 1]) + ".py"
+    return "/".join(parts) + ".py" if classname else "?"
+
+
+def slowest_files(junit: Path, count: int = 3) -> list[tuple[str, float]]:
+    """The ``count`` test files that took longest (sum of their test cases' times), slowest first."""
+    if not junit.exists():
+        return []
+    try:
+        root = ET.parse(junit).getroot()
+    except ET.ParseError:
+        return []
+    per_file: dict[str, float] = defaultdict(float)
+    for case in root.iter("testcase"):
+        per_file[case_file(case.get("classname", ""))] += float(case.get("time", 0.0))
+    return sorted(per_file.items(), key=lambda kv: (-kv[1], kv[0]))[:count]
+
+
+SESSIONS_DIR = "_sessions"
+
+
+@contextlib.contextmanager
+def session_clock(name: str) -> Iterator[None]:
+    """Record a nox session's wall time and whether it succeeded, for the summary session."""
+    started = time.time()
+    ok = False
+    try:
+        yield
+        ok = True
+    finally:
+        folder = BUILD_DIR / "results" / SESSIONS_DIR
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / f"{name}.json").write_text(json.dumps(
+            {"name": name, "started": started, "seconds": round(time.time() - started, 1), "ok": ok}) + "\n")
+
+
+def short_seconds(value: float) -> str:
+    """``42.4`` -> ``42 s``, ``0.35`` -> ``0.3 s``: short times keep a decimal."""
+    return f"{value:.0f} s" if value >= 10 else f"{value:.1f} s"
+
+
+def duration(seconds: float) -> str:
+    """``75`` -> ``1 min 15 s``; under a minute, ``42 s``."""
+    seconds = round(seconds)
+    return f"{seconds // 60} min {seconds % 60:02d} s" if seconds >= 60 else f"{seconds} s"
+
+
+def session_table(since: float, now: float | None = None) -> list[str]:
+    """Each session this invocation ran (started after ``since``), its wall time and status, then the total."""
+    folder = BUILD_DIR / "results" / SESSIONS_DIR
+    found = [json.loads(p.read_text()) for p in folder.glob("*.json")] if folder.exists() else []
+    found = sorted((d for d in found if d.get("started", 0) >= since), key=lambda d: d["started"])
+    rows = [f"{'ok  ' if d['ok'] else 'FAIL'} {d['name']:<24} {duration(d['seconds']):>12}" for d in found]
+    if found:
+        now = time.time() if now is None else now
+        rows.append(f"{'':<4} {'total (wall)':<24} {duration(now - since):>12}")
     return rows
 
 

@@ -78,6 +78,19 @@ def portable_lane(path: Path = VLENS_FILE) -> int:
     return min(v.vlen for v in variants(path))
 
 
+@cache
+def variant_independent_lane(path: Path = VLENS_FILE) -> int:
+    """The VLEN whose undisturbed configuration of `nox -t test` runs the tests marked variant_independent.
+
+    Those tests cannot reach a kernel (the suite checks it), so one emulated configuration, besides the host,
+    covers them; the fastest one (VLEN 256: one RVV build, no portable build, moderate emulation cost) takes them.
+    """
+    vlen = int(json.loads(path.read_text()).get("variant_independent_lane", min(v.vlen for v in variants(path))))
+    if vlen not in {v.vlen for v in variants(path)}:
+        raise ValueError(f"variant_independent_lane {vlen} in {path.name} names a VLEN the table does not list")
+    return vlen
+
+
 def by_vlen(vlen: int) -> Variant:
     for v in variants():
         if v.vlen == vlen:

@@ -2,6 +2,7 @@
 
 #include <ATen/Parallel.h>
 #include <c10/util/Exception.h>
+#include <torch/library.h>
 
 #include <algorithm>
 #include <atomic>
@@ -27,6 +28,12 @@ namespace {
 // sized by torch.set_num_threads like the intra-op work it stands for.
 
 thread_local bool inside_pool_chunk = false;
+
+// Every look-up of the active variant's table by an operator: each kernel
+// call, and the queries whose answer depends on the variant (blocking,
+// active_variant). Read by the test suite to prove that a test marked
+// variant_independent never reached a kernel.
+std::atomic<int64_t> g_table_lookups{0};
 
 // One parallel call's shared state. Held by shared_ptr: a launched task that
 // starts after the caller has finished every chunk itself must still find it.
@@ -120,6 +127,7 @@ int64_t pool_concurrency_probe(double timeout_seconds) {
 }
 
 const KernelTable& kernels() {
+  g_table_lookups.fetch_add(1, std::memory_order_relaxed);
   try {
     return active_table();
   } catch (const std::exception& e) {
@@ -130,3 +138,7 @@ const KernelTable& kernels() {
 const ThreadPool& torch_pool() { return kTorchPool; }
 
 }  // namespace rvv_attn::ops
+
+TORCH_LIBRARY_FRAGMENT(rvv_attn, m) {
+  m.def("kernel_table_lookups() -> int", [] { return rvv_attn::ops::g_table_lookups.load(); });
+}
