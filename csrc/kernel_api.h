@@ -10,10 +10,12 @@
 
 namespace rvv_attn {
 
-// Element type of query/key/value/output tensors.
-enum class DType : int32_t { Float32 = 0, BFloat16 = 1, Float16 = 2 };
+// Element type of query/key/value/output tensors. Bytes: raw 1-byte
+// elements that are only copied (an fp8 cache stored as uint8, which
+// store_cache_cpu writes); no attention kernel takes it.
+enum class DType : int32_t { Float32 = 0, BFloat16 = 1, Float16 = 2, Bytes = 3 };
 
-inline int dtype_bytes(DType t) { return t == DType::Float32 ? 4 : 2; }
+inline int dtype_bytes(DType t) { return t == DType::Float32 ? 4 : t == DType::Bytes ? 1 : 2; }
 
 // The torch thread pool, passed in so kernels need no torch header.
 // ``run(n, ctx, body)`` calls ``body(ctx, begin, end)`` over a partition of
@@ -22,7 +24,8 @@ struct ThreadPool {
   void (*run)(int64_t n, void* ctx, void (*body)(void* ctx, int64_t begin, int64_t end));
 };
 
-// decode_set_kv_buffer: k_buffer[loc[b], h, :] = key[b, h, :] (and V).
+// decode_set_kv_buffer: k_buffer[loc[b], h, :] = key[b, h, :] (and V, unless
+// ``value`` is null: an MLA cache, whose V is a view of the K rows).
 // All strides are in elements; the last dimension of every tensor is dense.
 // ``loc`` has been checked: every slot is in range and none repeats.
 struct KvWriteParams {
@@ -131,8 +134,16 @@ struct ExtendParams {
   // tokens. Stage 2 attends the new tokens causally, unless ``cross``.
   const int64_t* kv_first;          // [B]
   const int64_t* prefix_lens;       // [B]
-  const int64_t* extend_lens;       // [B]
-  const int64_t* extend_start;      // [B]
+  const int64_t* extend_lens;       // [B] query rows
+  const int64_t* extend_start;      // [B] first query (and output) row
+  // Stage 2's keys: rows [new_key_start[b], new_key_start[b] + new_key_lens[b])
+  // of k/v. Extend: its own new tokens (extend_start, extend_lens). Dense
+  // varlen attention (flash_attn_varlen_func) has separate key sequences.
+  const int64_t* new_key_start;     // [B]
+  const int64_t* new_key_lens;      // [B]
+  // Stage 2's mask: query row m sees new keys 0..m (top-left aligned), or
+  // all of them when false.
+  bool causal;
   // Sliding window (0: off): new token m sees the keys whose decoder
   // position lies in [p - window + 1, p], p its own position; stage-1 key i
   // sits at position i - prefix_lens[b] relative to the first new token.

@@ -429,6 +429,7 @@ bool decode_attention(const rvv_attn::DecodeParams& p, const rvv_attn::ThreadPoo
                                            : Decode<DType::BFloat16, false>::run(p, pool);
     case DType::Float16: return p.kv_int8 ? Decode<DType::Float16, true>::run(p, pool)
                                           : Decode<DType::Float16, false>::run(p, pool);
+    case DType::Bytes: break;  // copied only, never attended (the binding refuses it)
   }
   return true;
 }

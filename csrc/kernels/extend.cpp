@@ -514,15 +514,18 @@ void attend_block(const Item& it, const Src& src, int64_t k0, int64_t nb, int64_
 // 0 .. m0 + rows - 1 (the last row's own index), causally; with a window
 // W, from m0 - W + 1 on (the first row's oldest visible key: no row of the
 // item sees an older one, so those blocks are not visited at all).
+// Without ``causal`` (dense attention), every row sees all ``new_keys``;
+// causally, the keys past the last row's own index are never visited.
 template <typename Tr, bool kQ8, typename Src>
-void attend_new_tokens(const Item& it, const Src& src, int64_t m0) {
-  const int64_t keys = m0 + it.rows;
+void attend_new_tokens(const Item& it, const Src& src, int64_t m0, int64_t new_keys) {
+  const bool causal = it.p->causal;
+  const int64_t keys = causal && m0 + it.rows < new_keys ? m0 + it.rows : new_keys;
   const int64_t low = m0 - it.p->window + 1;
   for (int64_t k0 = it.p->window > 0 && low > 0 ? low : 0; k0 < keys; k0 += BN) {
     const int64_t nb = keys - k0 < BN ? keys - k0 : BN;
     // Only a block holding a key past the first row's own index needs the
     // causal limit; the blocks before it are seen in full by every row.
-    attend_block<Tr, kQ8>(it, src, k0, nb, k0 + nb - 1 > m0 ? m0 : -1, low);
+    attend_block<Tr, kQ8>(it, src, k0, nb, causal && k0 + nb - 1 > m0 ? m0 : -1, low);
   }
 }
 
@@ -587,12 +590,13 @@ void run_item(const rvv_attn::ExtendParams& p, const Scratch& w, int64_t b, int6
   } else if (all_int8) {
     PrefixRows<KvE> cached = pre;
     cached.map = static_cast<const char*>(pre.map) + prefix * (p.req_to_token_is_int64 ? 8 : 4);
-    attend_new_tokens<KvTr, Q8>(it, cached, m0);
+    attend_new_tokens<KvTr, Q8>(it, cached, m0, p.new_key_lens[b]);
   } else {
-    const ExtendRows<E> nw{static_cast<const E*>(p.k) + start * p.k_stride_t + hkv * p.k_stride_h,
+    const int64_t key0 = p.new_key_start[b];
+    const ExtendRows<E> nw{static_cast<const E*>(p.k) + key0 * p.k_stride_t + hkv * p.k_stride_h,
                            p.k_stride_t * elem,
-                           static_cast<const E*>(p.v) + start * p.v_stride_t + hkv * p.v_stride_h, p.v_stride_t};
-    attend_new_tokens<Tr, false>(it, nw, m0);
+                           static_cast<const E*>(p.v) + key0 * p.v_stride_t + hkv * p.v_stride_h, p.v_stride_t};
+    attend_new_tokens<Tr, false>(it, nw, m0, p.new_key_lens[b]);
   }
 
   // A row that saw a key has l >= 1 (its max contributes exp(0)); one that
@@ -659,6 +663,8 @@ void extend_attention(const rvv_attn::ExtendParams& p, const rvv_attn::ThreadPoo
       break;
     case rvv_attn::DType::Float16:
       p.kv_int8 ? run_typed<rvv_attn::DType::Float16, true>(p, pool) : run_typed<rvv_attn::DType::Float16, false>(p, pool);
+      break;
+    case rvv_attn::DType::Bytes:  // copied only, never attended (the binding refuses it)
       break;
   }
 }

@@ -63,6 +63,7 @@ void write_kv_typed(const rvv_attn::KvWriteParams& p, const rvv_attn::ThreadPool
       copy_row<Bytes>(static_cast<char*>(q.k_buffer) + (slot * q.k_buffer_stride_t + h * q.k_buffer_stride_h) * Bytes,
                       static_cast<const char*>(q.key) + (b * q.key_stride_b + h * q.key_stride_h) * Bytes,
                       q.head_dim);
+      if (q.value == nullptr) continue;  // an MLA cache: V lives in the K row just written
       copy_row<Bytes>(static_cast<char*>(q.v_buffer) + (slot * q.v_buffer_stride_t + h * q.v_buffer_stride_h) * Bytes,
                       static_cast<const char*>(q.value) + (b * q.value_stride_b + h * q.value_stride_h) * Bytes,
                       q.head_dim_v);
@@ -178,14 +179,15 @@ void write_kv_int8(const rvv_attn::KvQuantWriteParams& p, const rvv_attn::Thread
     case DType::Float32: write_kv_int8_typed<DType::Float32, false>(p, pool); break;
     case DType::BFloat16: write_kv_int8_typed<DType::BFloat16, false>(p, pool); break;
     case DType::Float16: write_kv_int8_typed<DType::Float16, false>(p, pool); break;
+    case DType::Bytes: break;  // never quantized (the binding refuses it)
   }
 }
 
 void write_kv(const rvv_attn::KvWriteParams& p, const rvv_attn::ThreadPool& pool) {
-  if (rvv_attn::dtype_bytes(p.dtype) == 4) {
-    write_kv_typed<4>(p, pool);
-  } else {
-    write_kv_typed<2>(p, pool);
+  switch (rvv_attn::dtype_bytes(p.dtype)) {
+    case 4: return write_kv_typed<4>(p, pool);
+    case 2: return write_kv_typed<2>(p, pool);
+    default: return write_kv_typed<1>(p, pool);
   }
 }
 

@@ -10,6 +10,7 @@
 
 #include <optional>
 
+#include "kernel_api.h"
 #include "ops/attention_options.h"
 #include "ops/int8_kv.h"
 
@@ -29,5 +30,19 @@ void extend_attention(const char* op, const Int8KvArgs* int8, const at::Tensor& 
                       const at::Tensor& req_to_token, const at::Tensor& req_pool_indices, const at::Tensor& seq_lens,
                       const at::Tensor& extend_seq_lens, const at::Tensor& extend_start_loc, int64_t max_len_extend,
                       double sm_scale, double logit_cap, const AttentionOptions& options);
+
+// Builds the query-block work list and the per-worker arena for ``p``
+// (everything else filled in and checked), then runs the extend kernel.
+void run_extend_kernel(ExtendParams& p);
+
+// flash_attn_varlen_func's body (csrc/ops/flash_attn_varlen.cpp).
+at::Tensor flash_attn_varlen(const char* op, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                             const at::Tensor& cu_seqlens_q, const at::Tensor& cu_seqlens_k, int64_t max_seqlen_q,
+                             int64_t max_seqlen_k, bool causal);
+
+// store_cache_cpu's body (csrc/ops/store_cache.cpp), shared with its
+// sgl_kernel name.
+void store_cache(const char* op, const at::Tensor& k, const at::Tensor& v, at::Tensor& k_cache, at::Tensor& v_cache,
+                 const at::Tensor& indices, std::optional<int64_t> row_dim);
 
 }  // namespace rvv_attn::ops

@@ -30,7 +30,7 @@ namespace {
 // buffers; none of them may overlap anything else the call touches.
 // (Overlapping reads are harmless: k_scale_buf may be v_scale_buf when
 // neither is written.)
-void check_decode_overlap(const char* op, const Int8Setup* q8, const CheckedOptions& opts, bool writes,
+void check_decode_overlap(const char* op, const Int8Setup* q8, const CheckedOptions& opts, bool writes, bool mla,
                           bool new_int8, const at::Tensor& query,
                           const at::Tensor& k_buffer, const at::Tensor& v_buffer, const at::Tensor& output,
                           const at::Tensor& key, const at::Tensor& value, const at::Tensor& loc,
@@ -46,12 +46,23 @@ void check_decode_overlap(const char* op, const Int8Setup* q8, const CheckedOpti
                                     {"seq_lens", &seq_lens}, {"encoder_lens", &opts.encoder_lens},
                                     {"sinks", &opts.sinks}};
   (writes ? written : read).push_back({"k_buffer", &k_buffer});
-  (writes ? written : read).push_back({"v_buffer", &v_buffer});
+  // An MLA cache's v_buffer is part of k_buffer (the write covers it).
+  if (!mla) (writes ? written : read).push_back({"v_buffer", &v_buffer});
   if (q8) {
     (k_scales_written ? written : read).push_back(k_scales);
     (v_scales_written ? written : read).push_back(v_scales);
   }
   overlap::check_writes(op, written, read);
+}
+
+// SGLang's MLA pool hands v_buffer = k_buffer[..., :Dv]: one latent head,
+// D = Dv + 64, the same data pointer, row stride and rows. Only that exact
+// view is an MLA cache; any other overlap of the two is refused as before.
+bool is_mla_view(const at::Tensor& k_buffer, const at::Tensor& v_buffer) {
+  return k_buffer.size(1) == 1 && v_buffer.size(1) == 1 && k_buffer.data_ptr() == v_buffer.data_ptr() &&
+         k_buffer.size(0) == v_buffer.size(0) && k_buffer.stride(0) == v_buffer.stride(0) &&
+         k_buffer.scalar_type() == v_buffer.scalar_type() && k_buffer.size(2) == v_buffer.size(2) + 64 &&
+         k_buffer.stride(2) == 1 && v_buffer.stride(2) == 1;
 }
 
 }  // namespace
@@ -73,7 +84,12 @@ void decode_attention(const char* op, const Int8KvArgs* int8, const at::Tensor& 
   TORCH_CHECK(writes == (value_arg.has_value() && value_arg->defined()), op,
               ": key and value must both be given or both be None; got key ", writes ? "given" : "None",
               " and value ", writes ? "None" : "given");
-  const at::Tensor key = writes ? *key_arg : at::Tensor(), value = writes ? *value_arg : at::Tensor();
+  // An MLA cache's V is its K rows' first Dv columns: the key row written
+  // holds it, and ``value`` is ignored (SGLang passes a view of key, or its
+  // un-roped part).
+  const bool mla = !int8 && is_mla_view(k_buffer, v_buffer);
+  const at::Tensor key = writes ? *key_arg : at::Tensor();
+  const at::Tensor value = !writes ? at::Tensor() : mla ? at::Tensor() : *value_arg;
   Int8Setup q8{};
   bool new_int8 = false;
   if (int8) {
@@ -82,7 +98,13 @@ void decode_attention(const char* op, const Int8KvArgs* int8, const at::Tensor& 
   }
   // Ranks, dtypes and sizes of the KV write's arguments, and every loc slot.
   ops::PreparedKvWrite kv_write{};
-  if (writes) {
+  if (writes && mla) {
+    // The key row alone; checked as a KV write whose value is key[..., :Dv].
+    rank(op, "key", key, 3, "[B, 1, D]");
+    size_is(op, "key", key, 2, k_buffer.size(2), "k_buffer.size(2) (D)");
+    kv_write = ops::prepare_kv_write(op, k_buffer, v_buffer, key, key.narrow(2, 0, v_buffer.size(2)), loc);
+    kv_write.params.value = nullptr;
+  } else if (writes) {
     kv_write = ops::prepare_kv_write(op, k_buffer, v_buffer, key, value, loc, int8 != nullptr);
   } else {
     rank(op, "loc", loc, 1, "[B]");
@@ -153,7 +175,7 @@ void decode_attention(const char* op, const Int8KvArgs* int8, const at::Tensor& 
     check_read_scales(op, q8, maps, fresh_k, fresh_v);
   }
 
-  check_decode_overlap(op, int8 ? &q8 : nullptr, opts, writes, new_int8, query, k_buffer, v_buffer, output, key, value, loc,
+  check_decode_overlap(op, int8 ? &q8 : nullptr, opts, writes, mla, new_int8, query, k_buffer, v_buffer, output, key, value, loc,
                        attn_logits, req_to_token, req_pool_indices, seq_lens);
 
   if (batch == 0) return;

@@ -26,11 +26,17 @@ namespace rvv_attn {
 namespace {
 
 constexpr const char* kOp = "rvv_attn.extend_attention_cpu";
-constexpr int64_t kMaxHeadDim = 256;
+// Up to DeepSeek-style MLA's absorbed heads (D = 576 = 512 + 64, Dv = 512).
+// The per-worker arena grows with them: at most ~1.5 MB (VLEN 1024's tiles).
+constexpr int64_t kMaxHeadDim = 576;
+constexpr int64_t kMaxHeadDimV = 512;
 
 // Shapes and dtypes of the ten tensors; returns the element dtype. Without
-// ``new_tokens`` (cross attention) k and v are not read, and not checked.
-DType check_layout(const char* op, bool int8, bool new_tokens, const at::Tensor& q, const at::Tensor& k,
+// ``new_tokens`` (cross attention) k and v are not read, and not checked;
+// with ``prefix_skipped`` (SGLang's MLA prefill) the caches are not read,
+// and only their ranks and dtypes are checked.
+DType check_layout(const char* op, bool int8, bool new_tokens, bool prefix_skipped, const at::Tensor& q,
+                   const at::Tensor& k,
                    const at::Tensor& v, const at::Tensor& o,
                    const at::Tensor& k_buffer, const at::Tensor& v_buffer, const at::Tensor& req_to_token,
                    const at::Tensor& req_pool_indices, const at::Tensor& seq_lens,
@@ -74,20 +80,24 @@ DType check_layout(const char* op, bool int8, bool new_tokens, const at::Tensor&
     size_is(op, "v_extend", v, 0, tokens, "q_extend.size(0) (T)");
     size_is(op, "k_extend", k, 2, head_dim, "q_extend.size(2) (D)");
     size_is(op, "v_extend", v, 1, heads_kv, h_kv);
-    size_is(op, "k_buffer", k_buffer, 1, heads_kv, h_kv);
-    size_is(op, "v_buffer", v_buffer, 2, head_dim_v, d_v);
+  }
+  if (!prefix_skipped) {
+    if (new_tokens) {
+      size_is(op, "k_buffer", k_buffer, 1, heads_kv, h_kv);
+      size_is(op, "v_buffer", v_buffer, 2, head_dim_v, d_v);
+    }
+    size_is(op, "k_buffer", k_buffer, 2, head_dim, "q_extend.size(2) (D)");
+    size_is(op, "v_buffer", v_buffer, 1, heads_kv, h_kv);
   }
   size_is(op, "o_extend", o, 0, tokens, "q_extend.size(0) (T)");
-  size_is(op, "k_buffer", k_buffer, 2, head_dim, "q_extend.size(2) (D)");
-  size_is(op, "v_buffer", v_buffer, 1, heads_kv, h_kv);
   size_is(op, "o_extend", o, 1, heads, "q_extend.size(1) (H)");
   size_is(op, "o_extend", o, 2, head_dim_v, d_v);
   TORCH_CHECK(heads_kv > 0 && heads % heads_kv == 0, op, ": q_extend has H = ", heads,
               " heads, which is not a multiple of H_kv = ", heads_kv, " (", h_kv, ")");
   TORCH_CHECK(head_dim >= 1 && head_dim <= kMaxHeadDim, op, ": head dim D = ", head_dim,
               " (q_extend.size(2)) is outside [1, ", kMaxHeadDim, "]");
-  TORCH_CHECK(head_dim_v >= 1 && head_dim_v <= kMaxHeadDim, op, ": value head dim Dv = ", head_dim_v,
-              " (v_extend.size(2)) is outside [1, ", kMaxHeadDim, "]");
+  TORCH_CHECK(head_dim_v >= 1 && head_dim_v <= kMaxHeadDimV, op, ": value head dim Dv = ", head_dim_v, " (", d_v,
+              ") is outside [1, ", kMaxHeadDimV, "]");
 
   const int64_t batch = extend_seq_lens.size(0);
   token_map::check_layout(op, req_to_token, req_pool_indices, "seq_lens", seq_lens, batch);
@@ -168,6 +178,29 @@ void check_extend_ranges(const char* op, const at::Tensor& ext_t, const at::Tens
 
 }  // namespace
 
+// The query-block work list and the per-worker arena, then the kernel.
+void ops::run_extend_kernel(ExtendParams& p) {
+  const KernelTable& table = ops::kernels();
+  const ExtendBlocking blocking = table.extend_blocking();
+  at::Tensor qblock_offsets = at::empty({p.batch + 1}, at::kLong);
+  int64_t* offsets = qblock_offsets.data_ptr<int64_t>();
+  offsets[0] = 0;
+  for (int64_t b = 0; b < p.batch; ++b) {
+    offsets[b + 1] = offsets[b] + (p.extend_lens[b] + blocking.block_m - 1) / blocking.block_m;
+  }
+  const int64_t items = offsets[p.batch] * p.heads;
+  if (items == 0) return;  // empty batch, no new tokens, or no heads
+  const int64_t arena_bytes = table.extend_arena_bytes(p.head_dim, p.head_dim_v);
+  // One worker per chunk the pool will run (each owns one arena slice).
+  const int64_t workers = std::max<int64_t>(1, ops::parallel_chunks(items));
+  // One allocation per call; the kernel never allocates.
+  at::Tensor arena = at::empty({workers * arena_bytes}, at::kByte);
+  p.qblock_offsets = offsets;
+  p.arena = arena.data_ptr();
+  p.workers = workers;
+  table.extend_attention(p, ops::torch_pool());
+}
+
 void ops::extend_attention(const char* op, const ops::Int8KvArgs* int8, const at::Tensor& q_extend,
                            const std::optional<at::Tensor>& k_extend_arg,
                            const std::optional<at::Tensor>& v_extend_arg, at::Tensor& o_extend,
@@ -185,6 +218,11 @@ void ops::extend_attention(const char* op, const ops::Int8KvArgs* int8, const at
               k_given ? "k_extend" : "no k_extend", " and ", v_given ? "v_extend" : "no v_extend");
   const at::Tensor k_extend = new_tokens ? *k_extend_arg : at::Tensor();
   const at::Tensor v_extend = new_tokens ? *v_extend_arg : at::Tensor();
+  // SGLang's MLA prefill without a prefix: the caches hold one latent head,
+  // k_extend/v_extend the full heads; only the new tokens are attended, so
+  // every prefix must be 0 (checked below).
+  const bool prefix_skipped = !int8 && new_tokens && k_extend.dim() == 3 && k_buffer.dim() == 3 &&
+                              k_buffer.size(1) != k_extend.size(1);
   ops::Int8Setup q8{};
   bool new_int8 = false;
   if (int8) {
@@ -196,7 +234,7 @@ void ops::extend_attention(const char* op, const ops::Int8KvArgs* int8, const at
       new_int8 = ops::check_new_kv_dtype(op, "k_extend", k_extend, "v_extend", v_extend, "q_extend", q_extend);
     }
   }
-  const DType dtype = check_layout(op, int8 != nullptr, new_tokens, q_extend, k_extend, v_extend, o_extend, k_buffer,
+  const DType dtype = check_layout(op, int8 != nullptr, new_tokens, prefix_skipped, q_extend, k_extend, v_extend, o_extend, k_buffer,
                                    v_buffer, req_to_token, req_pool_indices, seq_lens, extend_seq_lens,
                                    extend_start_loc);
   TORCH_CHECK(std::isfinite(sm_scale) && std::isfinite(static_cast<float>(sm_scale)), op, ": sm_scale = ",
@@ -218,6 +256,10 @@ void ops::extend_attention(const char* op, const ops::Int8KvArgs* int8, const at
   at::Tensor prefix = at::empty({batch}, at::kLong);  // seq_lens - extend_seq_lens, >= 0 by now
   for (int64_t b = 0; b < batch; ++b) {
     prefix.data_ptr<int64_t>()[b] = seq.data_ptr<int64_t>()[b] - ext.data_ptr<int64_t>()[b];
+    TORCH_CHECK(!prefix_skipped || prefix.data_ptr<int64_t>()[b] == 0, op, ": k_buffer has ", k_buffer.size(1),
+                " KV head(s) but k_extend has ", k_extend.size(1),
+                " (MLA prefill, where only the new tokens are attended), so every prefix must be 0; sequence ", b,
+                " has seq_lens - extend_seq_lens = ", prefix.data_ptr<int64_t>()[b]);
   }
   // The float kernel reads the map only for the prefix tokens its queries
   // see (or, in cross attention, the encoder's): those pool rows and slots
@@ -297,30 +339,13 @@ void ops::extend_attention(const char* op, const ops::Int8KvArgs* int8, const at
     ops::check_read_scales(op, q8, maps, none_fresh_k, none_fresh_v);
   }
 
-  const KernelTable& table = ops::kernels();
-  const ExtendBlocking blocking = table.extend_blocking();
-  at::Tensor qblock_offsets = at::empty({batch + 1}, at::kLong);
-  int64_t* offsets = qblock_offsets.data_ptr<int64_t>();
-  offsets[0] = 0;
-  for (int64_t b = 0; b < batch; ++b) {
-    offsets[b + 1] = offsets[b] + (ext.data_ptr<int64_t>()[b] + blocking.block_m - 1) / blocking.block_m;
-  }
   const int64_t heads = q_extend.size(1);
-  const int64_t items = offsets[batch] * heads;
-  if (items == 0) return;  // empty batch, no new tokens, or no heads
-
-  const int64_t head_dim = q_extend.size(2), head_dim_v = v_buffer.size(2);
-  const int64_t arena_bytes = table.extend_arena_bytes(head_dim, head_dim_v);
-  // One worker per chunk the pool will run (each owns one arena slice).
-  const int64_t workers = std::max<int64_t>(1, ops::parallel_chunks(items));
-  // One allocation per call; the kernel never allocates.
-  at::Tensor arena = at::empty({workers * arena_bytes}, at::kByte);
-
+  const int64_t head_dim = q_extend.size(2), head_dim_v = (new_tokens ? v_extend : v_buffer).size(2);
   ExtendParams p{};
   p.dtype = dtype;
   p.batch = batch;
   p.heads = heads;
-  p.heads_kv = k_buffer.size(1);
+  p.heads_kv = new_tokens ? k_extend.size(1) : k_buffer.size(1);
   p.head_dim = head_dim;
   p.head_dim_v = head_dim_v;
   p.sm_scale = static_cast<float>(sm_scale);
@@ -357,15 +382,15 @@ void ops::extend_attention(const char* op, const ops::Int8KvArgs* int8, const at
   p.sinks = opts.sinks_data();
   p.extend_lens = ext.data_ptr<int64_t>();
   p.extend_start = start.data_ptr<int64_t>();
-  p.qblock_offsets = offsets;
-  p.arena = arena.data_ptr();
-  p.workers = workers;
+  p.new_key_start = p.extend_start;
+  p.new_key_lens = p.extend_lens;
+  p.causal = true;
   if (int8) {
     ops::set_int8_params(p, q8);
     // Float new tokens are attended as given; int8 ones are the cache's values.
     p.new_tokens_from_cache = new_tokens && new_int8;
   }
-  table.extend_attention(p, ops::torch_pool());
+  ops::run_extend_kernel(p);
 }
 
 namespace {
@@ -386,8 +411,9 @@ void extend_attention_cpu(const at::Tensor& q_extend, const std::optional<at::Te
 // [BLOCK_M, BLOCK_N, arena bytes per worker] of the active variant for the
 // given head dims: lets tests aim at each variant's own tile boundaries.
 std::vector<int64_t> extend_attention_blocking(int64_t head_dim, int64_t head_dim_v) {
-  TORCH_CHECK(head_dim >= 1 && head_dim <= kMaxHeadDim && head_dim_v >= 1 && head_dim_v <= kMaxHeadDim,
-              "rvv_attn.extend_attention_blocking: head dims must be in [1, ", kMaxHeadDim, "], got ", head_dim,
+  TORCH_CHECK(head_dim >= 1 && head_dim <= kMaxHeadDim && head_dim_v >= 1 && head_dim_v <= kMaxHeadDimV,
+              "rvv_attn.extend_attention_blocking: head dims must be in [1, ", kMaxHeadDim, "] and [1, ",
+              kMaxHeadDimV, "], got ", head_dim,
               " and ", head_dim_v);
   const KernelTable& table = ops::kernels();
   const ExtendBlocking b = table.extend_blocking();

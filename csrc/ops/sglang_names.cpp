@@ -76,6 +76,18 @@ void extend_attention_int8_cpu(const at::Tensor& q_extend, const OptTensor& k_ex
                         {is_cross_attn, sliding_window_size, encoder_lens, sinks});
 }
 
+at::Tensor flash_attn_varlen_func(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                  const at::Tensor& cu_seqlens_q, const at::Tensor& cu_seqlens_k, int64_t max_seqlen_q,
+                                  int64_t max_seqlen_k, bool causal) {
+  return ops::flash_attn_varlen("sgl_kernel.flash_attn_varlen_func", q, k, v, cu_seqlens_q, cu_seqlens_k,
+                                max_seqlen_q, max_seqlen_k, causal);
+}
+
+void store_cache_cpu(const at::Tensor& k, const at::Tensor& v, at::Tensor& k_cache, at::Tensor& v_cache,
+                     const at::Tensor& indices, std::optional<int64_t> row_dim) {
+  ops::store_cache("sgl_kernel.store_cache_cpu", k, v, k_cache, v_cache, indices, row_dim);
+}
+
 // SGLang main's schemas; the alias annotations also mark the caches and
 // attn_logits, which SGLang's kernels write without declaring it.
 struct Entry {
@@ -92,6 +104,12 @@ const Entry kEntries[] = {
      "Tensor k_buffer, Tensor v_buffer, Tensor req_to_token, Tensor req_pool_indices, Tensor seq_lens, "
      "Tensor extend_seq_lens, Tensor extend_start_loc, int max_len_extend, float sm_scale, float logit_cap, "
      RVV_ATTN_OPTION_ARGS ") -> ()"},
+    {"flash_attn_varlen_func",
+     "flash_attn_varlen_func(Tensor q, Tensor k, Tensor v, Tensor cu_seqlens_q, Tensor cu_seqlens_k, "
+     "int max_seqlen_q, int max_seqlen_k, bool causal) -> Tensor"},
+    {"store_cache_cpu",
+     "store_cache_cpu(Tensor k, Tensor v, Tensor(a!) k_cache, Tensor(b!) v_cache, Tensor indices, int? row_dim) "
+     "-> ()"},
     // The RVV int8 port's names: the float schemas plus the cache's scales.
     {"decode_attention_int8_cpu",
      "decode_attention_int8_cpu(Tensor query, Tensor(a!) k_cache, Tensor(b!) v_cache, Tensor(c!) output, "
@@ -134,6 +152,8 @@ std::vector<std::string> register_sglang_names() {
   impls->impl("extend_attention_cpu", &extend_attention_cpu);
   impls->impl("decode_attention_int8_cpu", &decode_attention_int8_cpu);
   impls->impl("extend_attention_int8_cpu", &extend_attention_int8_cpu);
+  impls->impl("flash_attn_varlen_func", &flash_attn_varlen_func);
+  impls->impl("store_cache_cpu", &store_cache_cpu);
   libraries.push_back(std::move(defs));
   libraries.push_back(std::move(impls));
   return names;

@@ -1,8 +1,9 @@
 """SGLang's CPU attention operator names, served by rvv-attn.
 
 ``import rvv_attn.sglang`` registers ``torch.ops.sgl_kernel.decode_attention_cpu``,
-``extend_attention_cpu``, ``decode_attention_int8_cpu`` and
-``extend_attention_int8_cpu`` with SGLang main's schemas (the four trailing
+``extend_attention_cpu``, ``flash_attn_varlen_func``, ``store_cache_cpu``,
+``decode_attention_int8_cpu`` and ``extend_attention_int8_cpu`` with SGLang
+main's schemas (the four trailing
 arguments ``is_cross_attn, sliding_window_size, encoder_lens, sinks`` have
 defaults, so the older 13-argument calls work too). The calls go straight
 to rvv-attn's C++ operators. If another library (a real sgl-kernel build)
