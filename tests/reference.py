@@ -259,3 +259,27 @@ def extend_attention_options(q_extend: torch.Tensor, k_extend: torch.Tensor | No
         out[rows] = _attend(q_extend[rows].double().transpose(0, 1), k, v, visible, sm_scale, logit_cap,
                             sinks).transpose(0, 1)
     return out
+
+
+def flash_attn_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torch.Tensor,
+                      cu_seqlens_k: torch.Tensor, causal: bool) -> torch.Tensor:
+    """Dense variable-length attention in float64, [Tq, H, Dv]; rows no sequence covers are 0.
+
+    Sequence b: queries q[cu_q[b]:cu_q[b+1]], keys/values k, v[cu_k[b]:cu_k[b+1]];
+    scale 1/sqrt(D); query head h reads KV head h // (H / H_kv); causal: query i
+    sees keys 0..i (top-left aligned). A query that sees no key gives 0.
+    """
+    heads, head_dim = q.shape[1], q.shape[2]
+    group = heads // k.shape[1]
+    out = torch.zeros(q.shape[0], heads, v.shape[2], dtype=torch.float64)
+    for b in range(cu_seqlens_q.numel() - 1):
+        q0, q1 = int(cu_seqlens_q[b]), int(cu_seqlens_q[b + 1])
+        k0, k1 = int(cu_seqlens_k[b]), int(cu_seqlens_k[b + 1])
+        keys = k[k0:k1].double().repeat_interleave(group, dim=1).transpose(0, 1)
+        values = v[k0:k1].double().repeat_interleave(group, dim=1).transpose(0, 1)
+        visible = torch.ones(q1 - q0, k1 - k0, dtype=torch.bool)
+        if causal:
+            visible = torch.arange(k1 - k0)[None, :] <= torch.arange(q1 - q0)[:, None]
+        out[q0:q1] = _attend(q[q0:q1].double().transpose(0, 1), keys, values, visible, 1.0 / math.sqrt(head_dim),
+                             0.0, None).transpose(0, 1)
+    return out
