@@ -130,7 +130,8 @@ def decode_call(case: dict, caches: Caches):
                 output[i] = out.squeeze(1)
         return native
     if case["dtype"] == "bf16":
-        args = (query, *kv, output, key, value, loc, logits, req_to_token, pools, seq_lens, sm_scale, 0.0)
+        args = (query, *kv, output, key, value, loc, logits, req_to_token, pools, seq_lens, sm_scale, 0.0,
+                False, case["window"] or -1, None, _sinks(case, g))
         return lambda: OPS.decode_attention_cpu(*args)
     scale = STATIC_SCALE if case["dtype"] == "int8-static" else float("nan")
     args = (query, kv[0], kv[1], output, key, value, loc, logits, req_to_token, pools, seq_lens, sm_scale, 0.0,
@@ -169,18 +170,45 @@ def extend_call(case: dict, caches: Caches):
         return native
     common = (q, k_new, v_new, o, kv[0], kv[1], req_to_token, pools, seq_lens, ext_lens, starts, n, sm_scale, 0.0)
     if case["dtype"] == "bf16":
-        return lambda: OPS.extend_attention_cpu(*common)
+        options = (False, case["window"] or -1, None, _sinks(case, g))
+        return lambda: OPS.extend_attention_cpu(*common, *options)
     scale = STATIC_SCALE if case["dtype"] == "int8-static" else float("nan")
     return lambda: OPS.extend_attention_int8_cpu(*common, kv[2], kv[3], scale, scale)
 
 
+def _sinks(case: dict, g: torch.Generator) -> torch.Tensor | None:
+    return torch.randn(case["heads"], generator=g) if case["sinks"] else None
+
+
+def varlen_call(case: dict, caches: Caches):
+    """A vision encoder's dense attention: ``batch`` images of ``new`` patches each."""
+    images, patches, h, hkv, d, dv = (case[k] for k in ("batch", "new", "heads", "heads_kv", "head_dim",
+                                                        "head_dim_v"))
+    g = torch.Generator().manual_seed(4)
+    q = torch.randn(images * patches, h, d, generator=g).bfloat16()
+    k = torch.randn(images * patches, hkv, d, generator=g).bfloat16()
+    v = torch.randn(images * patches, hkv, dv, generator=g).bfloat16()
+    cu = torch.arange(images + 1, dtype=torch.int32) * patches
+    if case["impl"] == "torch-sdpa":
+        out = torch.empty(images * patches, h, dv, dtype=torch.bfloat16)
+
+        def native():
+            for i in range(images):
+                rows = slice(i * patches, (i + 1) * patches)
+                out[rows] = torch.nn.functional.scaled_dot_product_attention(
+                    q[rows].transpose(0, 1), k[rows].transpose(0, 1), v[rows].transpose(0, 1),
+                    enable_gqa=True).transpose(0, 1)
+        return native
+    return lambda: OPS.flash_attn_varlen_func(q, k, v, cu, cu, patches, patches, False)
+
+
 def make_call(case: dict, caches: Caches):
-    return (decode_call if case["op"] == "decode" else extend_call)(case, caches)
+    return {"decode": decode_call, "extend": extend_call, "varlen": varlen_call}[case["op"]](case, caches)
 
 
 def warm_up_shape(case: dict) -> dict:
     """A small case of the same operator, implementation and dtype: first-call work stays out of the count."""
-    return {**case, "batch": 1, "seq": 32, "prefix": 16, "new": 16}
+    return {**case, "batch": 1, "seq": 32, "prefix": 16, "new": 16, "window": min(case["window"], 8)}
 
 
 def main(cases_file: str, variant: str) -> None:

@@ -6,9 +6,12 @@ the insn_count plugin (bench/plugin/insn_count.c), once per configuration
 torch's own SDPA), and turns the plugin's region counts into figures per unit
 of attention work:
 
-- decode: per KV token per KV head, units = B * seq * H_kv;
+- decode: per KV token per KV head, units = B * seq * H_kv (with a sliding
+  window W: B * min(seq, W) * H_kv, the tokens attended);
 - extend: per query-key pair per query head, units = H * B * sum_i (prefix + i + 1)
-  over the new tokens i (causal).
+  over the new tokens i (causal);
+- varlen (flash_attn_varlen_func, dense): per query-key pair per query head,
+  units = H * images * patches^2.
 
 Figures of rvv-attn are the instructions executed inside the operator
 library's address range; torch's SDPA has no such range, so its figure is
@@ -57,12 +60,14 @@ PORTABLE = "portable"
 
 @dataclass(frozen=True)
 class Case:
-    op: str  # "decode" or "extend"
+    op: str  # "decode", "extend" or "varlen"
     dtype: str  # "bf16", "int8-static", "int8-dynamic"
-    batch: int = 1
-    seq: int = 0  # decode: tokens attended to, the new one included
+    batch: int = 1  # varlen: images
+    seq: int = 0  # decode: tokens in the sequence, the new one included
     prefix: int = 0  # extend: cached tokens before the new ones
-    new: int = 0  # extend: new tokens per sequence
+    new: int = 0  # extend: new tokens per sequence; varlen: patches per image
+    window: int = 0  # decode/extend: sliding_window_size (0: none)
+    sinks: bool = False  # decode/extend: attention sinks given
     impl: str = "rvv-attn"  # or NATIVE
     heads: int = HEADS
     heads_kv: int = HEADS_KV
@@ -72,22 +77,30 @@ class Case:
 
     @property
     def id(self) -> str:
-        shape = f"B={self.batch} seq={self.seq}" if self.op == "decode" else \
-            f"B={self.batch} prefix={self.prefix}+{self.new}"
+        shape = {"decode": f"B={self.batch} seq={self.seq}", "extend": f"B={self.batch} prefix={self.prefix}+{self.new}",
+                 "varlen": f"images={self.batch} patches={self.new} H={self.heads} D={self.head_dim}"}[self.op]
         impl = f" {self.impl}" if self.impl != "rvv-attn" else ""
-        return f"{self.op}{impl} {self.dtype} {shape}"
+        options = (f" window={self.window}" if self.window else "") + (" sinks" if self.sinks else "")
+        return f"{self.op}{impl} {self.dtype} {shape}{options}"
 
     @property
     def group(self) -> int:
         return self.heads // self.heads_kv
 
     def pairs_per_sequence(self) -> int:
-        """Causal query-key pairs of one sequence's new tokens (new token i sees prefix + i + 1 keys)."""
+        """Query-key pairs of one sequence: causal for extend (new token i sees prefix + i + 1 keys), all
+        patches x patches for varlen."""
+        if self.op == "varlen":
+            return self.new * self.new
         return self.new * self.prefix + self.new * (self.new + 1) // 2
+
+    def attended(self) -> int:
+        """Decode: the tokens one step attends (the last ``window`` of them with a sliding window)."""
+        return min(self.seq, self.window) if self.window else self.seq
 
     def units(self) -> int:
         if self.op == "decode":
-            return self.batch * self.seq * self.heads_kv
+            return self.batch * self.attended() * self.heads_kv
         return self.batch * self.pairs_per_sequence() * self.heads
 
     @property
@@ -164,16 +177,32 @@ def headline_cases() -> list[Case]:
     return [Case("decode", "bf16", seq=4096), Case("extend", "bf16", prefix=1024, new=NEW_TOKENS)]
 
 
+def contract_cases() -> list[Case]:
+    """SGLang main's options, at HEADLINE_VLEN: a 128-token window over 4096 tokens (beside a plain 128-token
+    decode: the window should cost what its tokens cost), an extend with sinks (beside the plain one of
+    kernel_cases), and a vision encoder's dense varlen attention. 4 images x 256 patches (ViT at 16x16
+    patches) rather than 1024: emulating the 4x larger score tiles would cost ~10 min of the run.
+    """
+    return [Case("decode", "bf16", seq=4096, window=128), Case("decode", "bf16", seq=128),
+            Case("extend", "bf16", prefix=0, new=NEW_TOKENS, sinks=True), vision_case()]
+
+
+def vision_case(impl: str = "rvv-attn") -> Case:
+    return Case("varlen", "bf16", batch=4, new=256, heads=16, heads_kv=16, head_dim=64, head_dim_v=64, impl=impl)
+
+
 def full_configs() -> list[Config]:
     """Everything `nox -s bench` measures, one emulated process per configuration, in the order they start.
 
     Emulator CPU per process (README): VLEN 128 ~480 s, VLEN 256 ~400 s, portable ~310 s, SDPA ~150 s,
     VLEN 512 and 1024 ~110 s each; with 2 jobs this order ends in about 14 min.
     """
-    native = tuple(Case(**{**asdict(c), "impl": NATIVE}) for c in headline_cases())
+    native = tuple(Case(**{**asdict(c), "impl": NATIVE}) for c in headline_cases()) + (vision_case(NATIVE),)
     configs = [Config(PORTABLE, NATIVE_VLEN, tuple(kernel_cases(int8_extend=False))),
                Config(f"vlen{NATIVE_VLEN}", NATIVE_VLEN, native)]
-    configs += [Config(v.name, v.vlen, tuple(kernel_cases(int8_extend=v.vlen == HEADLINE_VLEN))) for v in variants()]
+    configs += [Config(v.name, v.vlen, tuple(kernel_cases(int8_extend=v.vlen == HEADLINE_VLEN) +
+                                             (contract_cases() if v.vlen == HEADLINE_VLEN else [])))
+                for v in variants()]
     return configs
 
 

@@ -23,6 +23,22 @@ def test_units_of_work():
     assert extend.units() == extend.pairs_per_sequence() * 32
 
 
+def test_units_of_sglang_mains_options():
+    # A window's units are the tokens it attends, so its figures compare with a decode of that length.
+    windowed = bench.Case("decode", "bf16", seq=4096, window=128)
+    assert windowed.units() == bench.Case("decode", "bf16", seq=128).units() == 128 * 8
+    assert bench.Case("decode", "bf16", seq=100, window=128).units() == 100 * 8
+    vision = bench.vision_case()
+    assert vision.units() == 4 * 256 * 256 * 16
+    assert vision.id == "varlen bf16 images=4 patches=256 H=16 D=64"
+    assert windowed.id == "decode bf16 B=1 seq=4096 window=128"
+    assert bench.Case("extend", "bf16", prefix=0, new=256, sinks=True).id == "extend bf16 B=1 prefix=0+256 sinks"
+    # The options' rows run at the headline VLEN only, and the vision shape beside torch's SDPA.
+    configs = bench.full_configs()
+    with_contract = [c for c in configs if any(case.op == "varlen" for case in c.cases)]
+    assert sorted(c.name for c in with_contract) == sorted([bench.NATIVE, f"vlen{bench.HEADLINE_VLEN}"])
+
+
 def test_decode_lower_bound_matches_the_hand_count():
     # VLEN 256, bf16, D = Dv = 128, G = 4: K and V rows each 8 loads + 16 widening results, 4 heads x 128 FMAs
     # for q.k and for p*v at 8 lanes.
@@ -48,8 +64,10 @@ def test_full_matrix_covers_the_issue():
     configs = bench.full_configs()
     names = [c.name for c in configs]
     assert names == ["portable", "torch-sdpa", "vlen128", "vlen256", "vlen512", "vlen1024"]
+    contract = {c.id for c in bench.contract_cases()}
     for config in configs[:1] + configs[2:]:
-        kernel = config.cases
+        # The rows of SGLang main's options (test_units_of_sglang_mains_options) are apart from the matrix.
+        kernel = [c for c in config.cases if c.id not in contract]
         assert {(c.batch, c.seq, c.dtype) for c in kernel if c.op == "decode"} == \
             {(b, s, dt) for b in (1, 8) for s in (1024, 4096) for dt in bench.DTYPES}
         extend = {(c.dtype, c.prefix, c.new) for c in kernel if c.op == "extend"}
@@ -57,7 +75,8 @@ def test_full_matrix_covers_the_issue():
         assert extend == {("bf16", 0, 256), ("bf16", 1024, 256)} | (int8 if config.name == "vlen256" else set())
         assert all(c.heads == 32 and c.heads_kv == 8 and c.head_dim == c.head_dim_v == 128 for c in kernel)
     assert [c.id for c in configs[1].cases] == ["decode torch-sdpa bf16 B=1 seq=4096",
-                                                "extend torch-sdpa bf16 B=1 prefix=1024+256"]
+                                                "extend torch-sdpa bf16 B=1 prefix=1024+256",
+                                                "varlen torch-sdpa bf16 images=4 patches=256 H=16 D=64"]
 
 
 def test_check_subset_is_in_the_full_matrix():
