@@ -254,6 +254,11 @@ def test_int8_cross_attention_writes_nothing(kernel_variant):
     common = dict(k_buffer=k8, v_buffer=v8, k_scale_buf=ks, v_scale_buf=vs, k_scale=DYN, v_scale=DYN,
                   is_cross_attn=True, encoder_lens=t.encoder_lens)
     k_deq, v_deq = k8.double() * ks.double()[..., None], v8.double() * vs.double()[..., None]
+    args = decode_args(t, write=False, **common)  # key/value None: opcall checks the caches stay as they were
+    opcall.call_documented("decode_attention_int8_cpu", args)
+    expected = reference_decode(args["query"], k_deq, v_deq, t.req_to_token, t.req_pool_indices, t.seq_lens,
+                                t.sm_scale, 0.0, encoder_lens=t.encoder_lens, cross=True)
+    assert_close_to_reference(args["output"], expected)
     args = extend_args(t, [2, 1], **common)  # k_extend given, and ignored: no cache write either
     opcall.call_documented("extend_attention_int8_cpu", args)
     expected = reference_extend(args["q_extend"], None, None, k_deq, v_deq, t.req_to_token, t.req_pool_indices,
@@ -276,8 +281,14 @@ def test_sgl_kernel_names_called_as_sglang_mains_backend_calls_them(kernel_varia
     window = 7
     ext = [5, 8]
     a = extend_args(t, ext)
-    q_flat = a["q_extend"].reshape(sum(ext), -1)
-    q = q_flat.view(sum(ext), t.heads, t.head_dim)
+    # q, k and v as views of one fused projection [T, (H + 2 H_kv) * D], as SGLang's attention layers slice it.
+    width = (t.heads + 2 * t.heads_kv) * t.head_dim
+    qkv = t.randn(sum(ext), width)
+    q = qkv[:, : t.heads * t.head_dim].view(sum(ext), t.heads, t.head_dim)
+    k = qkv[:, t.heads * t.head_dim: (t.heads + t.heads_kv) * t.head_dim].view(sum(ext), t.heads_kv, t.head_dim)
+    v = qkv[:, (t.heads + t.heads_kv) * t.head_dim:].view(sum(ext), t.heads_kv, t.head_dim)
+    assert not (q.is_contiguous() or k.is_contiguous() or v.is_contiguous())
+    a["k_extend"], a["v_extend"] = k, v
     sgl.extend_attention_cpu(q, a["k_extend"], a["v_extend"], a["o_extend"], t.k_buffer, t.v_buffer,
                              t.req_to_token, t.req_pool_indices, t.seq_lens, a["extend_seq_lens"],
                              a["extend_start_loc"], max(ext), t.sm_scale, 0.0, False, window + 1, zeros, sinks)
