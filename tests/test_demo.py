@@ -23,6 +23,25 @@ def test_demo_runs_both_backends_and_reports_agreement(capsys, monkeypatch):
     assert [(r[0], int(r[1]), int(r[5])) for r in rows] == [("rvv", 20, 5), ("torch_native", 20, 5)]
 
 
+def test_demo_gpt_oss_model_agrees_across_backends(capsys, monkeypatch):
+    monkeypatch.delenv("RVV_ATTN_QEMU_CPU", raising=False)
+    # A 4-token window: the 9-token prompts and their generations outrun it.
+    assert demo.main(TINY + ["--model", "gpt-oss", "--window", "4"]) == 0
+    out = capsys.readouterr().out
+    assert ("gpt-oss-like model, 1 layers, hidden 32, 2 query / 1 KV heads, head dim 16, MLP 64, vocab 64, "
+            "4-token sliding window in layers [0] (the others full), attention sinks") in out
+    assert "agreement: all 3 requests give identical tokens (rvv, torch_native)" in out
+
+
+@pytest.mark.variant_independent
+def test_demo_model_options():
+    gpt_oss = demo.model_config(demo.parse_args(["--model", "gpt-oss"]))
+    assert (gpt_oss.sliding_window, gpt_oss.attention_sinks, gpt_oss.hidden_size) == (16, True, 256)
+    llama = demo.model_config(demo.parse_args(["--hidden", "64", "--window", "8"]))
+    assert (llama.sliding_window, llama.attention_sinks, llama.hidden_size) == (8, False, 64)
+    assert demo.model_config(demo.parse_args([])) == demo.MODELS["llama"]
+
+
 def test_demo_int8_cache_on_one_backend(capsys, monkeypatch):
     monkeypatch.delenv("RVV_ATTN_QEMU_CPU", raising=False)
     assert demo.main(TINY + ["--kv-cache", "int8-static", "--backends", "rvv"]) == 0
@@ -32,7 +51,10 @@ def test_demo_int8_cache_on_one_backend(capsys, monkeypatch):
 
 @pytest.mark.parametrize("bad, message", [(["--backends", "rvv,flash"], "unknown backend flash"),
                                           (["--prompt-lens", "3,x"], "not a comma-separated list"),
-                                          (["--kv-cache", "int4"], "invalid choice")])
+                                          (["--kv-cache", "int4"], "invalid choice"),
+                                          (["--model", "gpt-5"], "invalid choice"),
+                                          (["--window", "-1"], "--window -1: give the keys a sliding layer sees"),
+                                          (["--heads", "0"], "--heads must be >= 1")])
 @pytest.mark.variant_independent
 def test_demo_rejects_bad_options(bad, message, capsys):
     with pytest.raises(SystemExit):

@@ -1,7 +1,10 @@
-"""End to end: the small Llama model generating through both attention backends.
+"""End to end: the small Llama model, and its gpt-oss-like variant, generating through both attention backends.
 
 A tiny configuration (2 layers, hidden 64, 4 query / 2 KV heads, head dim
-16) keeps each test to a few seconds under QEMU. The RVV backend runs the
+16) keeps each test to a few seconds under QEMU. The gpt-oss-like one
+(GPT_OSS_CFG) adds an 8-token sliding window in layer 0 and attention sinks
+in both layers; the prompts and generations below outrun the window, in
+prefill chunks over a cached prefix and in decode. The RVV backend runs the
 active kernel variant (the VLEN's RVV build in the emulated sessions, where
 conftest makes sure it is active; portable on the host).
 
@@ -41,6 +44,7 @@ Tolerances on logits (|logit| <= ~4 here):
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -54,6 +58,7 @@ from tolerances import F32_ACCUMULATION_ATOL
 
 CFG = ModelConfig(vocab_size=128, hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2, head_dim=16,
                   intermediate_size=128)
+GPT_OSS_CFG = dataclasses.replace(CFG, sliding_window=8, attention_sinks=True)
 F32_LOGIT_ATOL = 4 * F32_ACCUMULATION_ATOL
 ULPS_ALLOWED = 4
 INT8_LOGIT_ATOL = 0.2
@@ -66,11 +71,11 @@ def prompts(lens: list[int], seed: int = 0) -> list[list[int]]:
 
 def make_engine(backend: str = "rvv", dtype: torch.dtype = torch.float32, kv_cache: str = "float",
                 max_reqs: int = 4, max_context_len: int = 64, pool_tokens: int = 160, chunk_size: int = 8,
-                max_running: int | None = None, seed: int = 0) -> Engine:
-    model = LlamaModel(CFG, dtype, seed=seed)
-    kv_pool = make_kv_pool(kv_cache, pool_tokens, CFG.num_layers, CFG.num_kv_heads, CFG.head_dim, CFG.head_dim,
-                           dtype, Int8Scales(*CFG.static_kv_scales()), shuffle_seed=1)
-    return Engine(model, make_backend(backend, CFG.num_heads, CFG.head_dim), ReqToTokenPool(max_reqs, max_context_len),
+                max_running: int | None = None, seed: int = 0, cfg: ModelConfig = CFG) -> Engine:
+    model = LlamaModel(cfg, dtype, seed=seed)
+    kv_pool = make_kv_pool(kv_cache, pool_tokens, cfg.num_layers, cfg.num_kv_heads, cfg.head_dim, cfg.head_dim,
+                           dtype, Int8Scales(*cfg.static_kv_scales()), shuffle_seed=1)
+    return Engine(model, make_backend(backend, cfg.num_heads, cfg.head_dim), ReqToTokenPool(max_reqs, max_context_len),
                   kv_pool, chunk_size=chunk_size, max_running=max_running, keep_logits=True)
 
 
@@ -136,6 +141,45 @@ def test_int8_cache_logits_stay_near_the_float_cache(kv_cache):
     native = generate(make_engine("torch_native", kv_cache=kv_cache, max_running=3), prompts(LENS), NEW)
     assert {k: r.output for k, r in int8_cache.items()} == {k: r.output for k, r in native.items()}
     assert_logits_close(int8_cache, native, F32_LOGIT_ATOL)
+
+
+# ---- the gpt-oss-like model: sliding-window and full layers, attention sinks -----------------------
+# r1 (29 tokens) and r2 (11) outrun the 8-token window in prefill (r1 over cached prefixes, chunks of 8),
+# r1, r2 and r3 in decode. Logit tolerances as above: window and sinks change which keys are summed, not
+# the float32 arithmetic of a call, and every layer still runs one attention call per token.
+
+# The int8 cache on the host only: under emulation test_backends' window4-sinks-int8 cases cover the int8
+# operators with a window shorter than the prefix and sinks.
+@pytest.mark.parametrize("kv_cache", ["float", pytest.param("int8-dynamic", marks=pytest.mark.host_only)])
+def test_gpt_oss_model_gives_the_same_greedy_tokens_through_both_backends(kv_cache):
+    assert max(n + m - 1 for n, m in zip(LENS, NEW)) > GPT_OSS_CFG.sliding_window
+    rvv = generate(make_engine("rvv", kv_cache=kv_cache, max_running=3, cfg=GPT_OSS_CFG), prompts(LENS), NEW)
+    native = generate(make_engine("torch_native", kv_cache=kv_cache, max_running=3, cfg=GPT_OSS_CFG),
+                      prompts(LENS), NEW)
+    assert {rid: r.output for rid, r in rvv.items()} == {rid: r.output for rid, r in native.items()}
+    assert_logits_close(rvv, native, F32_LOGIT_ATOL)
+
+
+@pytest.mark.variant_independent
+@pytest.mark.parametrize("without", ["window", "sinks"])
+def test_gpt_oss_model_depends_on_its_window_and_sinks(without):
+    # The reference backend alone: each feature changes the greedy tokens, so the agreement above is not
+    # that of two backends both ignoring it. The weights are the same (sinks are drawn last).
+    plain_cfg = dataclasses.replace(GPT_OSS_CFG, **({"sliding_window": 0} if without == "window"
+                                                    else {"attention_sinks": False}))
+    gpt_oss = generate(make_engine("torch_native", max_running=3, cfg=GPT_OSS_CFG), prompts(LENS), NEW)
+    plain = generate(make_engine("torch_native", max_running=3, cfg=plain_cfg), prompts(LENS), NEW)
+    assert {rid: r.output for rid, r in gpt_oss.items()} != {rid: r.output for rid, r in plain.items()}
+
+
+@pytest.mark.variant_independent
+def test_gpt_oss_layers_alternate_and_carry_sinks():
+    model = LlamaModel(dataclasses.replace(GPT_OSS_CFG, num_layers=4))
+    assert [layer.attn.sliding_window_size for layer in model.layers] == [7, -1, 7, -1]  # SGLang's window - 1
+    assert all(layer.attn.sinks.shape == (CFG.num_heads,) for layer in model.layers)
+    llama = LlamaModel(CFG)
+    assert all(layer.attn.sliding_window_size == -1 and layer.attn.sinks is None for layer in llama.layers)
+    assert torch.equal(LlamaModel(GPT_OSS_CFG).lm_head, llama.lm_head)  # sinks drawn after every other weight
 
 
 def test_chunked_prefill_matches_one_shot_prefill():

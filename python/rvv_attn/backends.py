@@ -7,6 +7,15 @@ comparison point). Both take ``q`` ``[T, H, D]``, ``k`` ``[T, H_kv, D]``,
 ``[T, H * Dv]``. ``save_kv_cache=False`` (as in speculative verification)
 leaves the cache exactly as it was: the new tokens still attend to
 themselves, read from ``k``/``v``.
+
+Per layer, a sliding window and attention sinks (gpt-oss): the layer's
+``sliding_window_size`` follows SGLang's RadixAttention, the number of
+*previous* tokens a query sees besides its own (-1: no window), so the query
+at position p sees keys p - w .. p. The operators count the query's own key
+in their ``sliding_window_size`` W (p - W + 1 .. p), so ``RVVAttnBackend``
+passes w + 1, as SGLang's CPU backend does (``operator_window``). ``sinks``
+(``[H]``, float32 or the model's dtype) add exp(sink - max) to each head's
+softmax denominator and nothing to its numerator.
 """
 
 from __future__ import annotations
@@ -14,7 +23,7 @@ from __future__ import annotations
 import contextlib
 import math
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -22,7 +31,7 @@ from .batch import ForwardBatch, ForwardMode
 from .pools import Int8KVPool, KVPool
 
 __all__ = ["AttentionLayer", "AttentionBackend", "RVVAttnBackend", "TorchNativeBackend", "BACKENDS",
-           "BackendUnavailableError", "make_backend"]
+           "BackendUnavailableError", "make_backend", "operator_window"]
 
 
 class BackendUnavailableError(RuntimeError):
@@ -40,6 +49,24 @@ class AttentionLayer:
     v_head_dim: int
     scaling: float
     logit_cap: float = 0.0
+    # Previous tokens a query sees besides its own (SGLang's convention; HF's ``sliding_window`` - 1); -1: all.
+    sliding_window_size: int = -1
+    sinks: torch.Tensor | None = field(default=None, compare=False, repr=False)  # [num_heads], one per query head
+
+    def __post_init__(self) -> None:
+        if self.sliding_window_size < -1:
+            raise ValueError(f"layer {self.layer_id}: sliding_window_size = {self.sliding_window_size} must be >= 0 "
+                             "(previous tokens a query sees), or -1 for no window")
+        if self.sinks is not None and (self.sinks.shape != (self.num_heads,) or not self.sinks.is_floating_point()):
+            raise ValueError(f"layer {self.layer_id}: sinks must be a floating-point tensor of shape "
+                             f"[{self.num_heads}] (one per query head), got {self.sinks.dtype} "
+                             f"{list(self.sinks.shape)}")
+
+
+def operator_window(layer: AttentionLayer) -> int:
+    """The operators' ``sliding_window_size`` for ``layer``: keys seen *including* the query's own, so the
+    layer's window + 1 (as SGLang's CPU backend passes it), or -1 when the layer has no window."""
+    return layer.sliding_window_size + 1 if layer.sliding_window_size >= 0 else -1
 
 
 class AttentionBackend:
@@ -74,13 +101,20 @@ def _int8_scales(pool: KVPool) -> tuple[float, float]:
     return pool.scales.k_scale, pool.scales.v_scale
 
 
+def _options(layer: AttentionLayer, batch: ForwardBatch) -> tuple:
+    """SGLang main's four trailing operator arguments, as its CPU backend passes them on every call:
+    is_cross_attn, sliding_window_size, encoder_lens (None for a decoder-only batch), sinks."""
+    return False, operator_window(layer), batch.encoder_lens, layer.sinks
+
+
 def _call_int8(op, args, pool, layer, batch, save_kv_cache: bool) -> None:
     """An int8 operator with the layer's scale buffers and scales; the batch's cache rows restored afterwards
     when the cache must not keep them (the int8 operators always store their new tokens)."""
     restore = contextlib.nullcontext() if save_kv_cache else _cache_rows_restored(pool, layer.layer_id,
                                                                                   batch.out_cache_loc)
     with restore:
-        op(*args, pool.k_scale_buffers[layer.layer_id], pool.v_scale_buffers[layer.layer_id], *_int8_scales(pool))
+        op(*args, pool.k_scale_buffers[layer.layer_id], pool.v_scale_buffers[layer.layer_id], *_int8_scales(pool),
+           *_options(layer, batch))
 
 
 @contextlib.contextmanager
@@ -157,7 +191,7 @@ class RVVAttnBackend(AttentionBackend):
         else:
             if save_kv_cache:
                 self.ops.decode_set_kv_buffer(k_buffer, v_buffer, k, v, batch.out_cache_loc)
-            self.ops.extend_attention_cpu(*args)
+            self.ops.extend_attention_cpu(*args, *_options(layer, batch))
         return out.view(q.shape[0], -1)
 
     def forward_decode(self, q, k, v, layer, batch, save_kv_cache=True):
@@ -170,14 +204,14 @@ class RVVAttnBackend(AttentionBackend):
             # The decode operator always stores the new token; the extend operator reads it from k/v.
             self.ops.extend_attention_cpu(q, k, v, out, k_buffer, v_buffer, req_to_token, batch.req_pool_indices,
                                           batch.seq_lens, meta.one_token_lens, meta.one_token_starts, 1,
-                                          layer.scaling, layer.logit_cap)
+                                          layer.scaling, layer.logit_cap, *_options(layer, batch))
             return out.view(q.shape[0], -1)
         args = (q, k_buffer, v_buffer, out, k, v, batch.out_cache_loc, meta.attn_logits, req_to_token,
                 batch.req_pool_indices, batch.seq_lens, layer.scaling, layer.logit_cap)
         if pool.is_int8:
             _call_int8(self.ops.decode_attention_int8_cpu, args, pool, layer, batch, save_kv_cache)
         else:
-            self.ops.decode_attention_cpu(*args)
+            self.ops.decode_attention_cpu(*args, *_options(layer, batch))
         return out.view(q.shape[0], -1)
 
 
@@ -228,7 +262,8 @@ class TorchNativeBackend(AttentionBackend):
     @staticmethod
     def _attend(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, layer: AttentionLayer,
                 first_position: int) -> torch.Tensor:
-        """q ``[n, H, D]`` (positions first_position..+n) over keys/values ``[L, H_kv, *]``, causal; float32."""
+        """q ``[n, H, D]`` (positions first_position..+n) over keys/values ``[L, H_kv, *]`` (positions 0..L-1),
+        causal, within the layer's window, with its sinks; float32."""
         group = layer.num_heads // layer.num_kv_heads
         keys = keys.repeat_interleave(group, dim=1).transpose(0, 1)  # [H, L, D]
         values = values.repeat_interleave(group, dim=1).transpose(0, 1)
@@ -236,20 +271,34 @@ class TorchNativeBackend(AttentionBackend):
         if layer.logit_cap > 0:
             scores = layer.logit_cap * torch.tanh(scores / layer.logit_cap)
         n, length = q.shape[0], keys.shape[1]
-        visible = torch.arange(length)[None, :] <= (first_position + torch.arange(n))[:, None]
+        key_pos = torch.arange(length)[None, :]
+        query_pos = (first_position + torch.arange(n))[:, None]
+        visible = key_pos <= query_pos
+        if layer.sliding_window_size >= 0:
+            visible &= key_pos >= query_pos - layer.sliding_window_size  # w previous tokens and itself
         scores = scores.masked_fill(~visible, float("-inf"))
-        return (torch.softmax(scores, dim=-1) @ values).transpose(0, 1)  # [n, H, Dv]
+        if layer.sinks is None:
+            weights = torch.softmax(scores, dim=-1)
+        else:
+            # A sink is one more logit per head that takes part in the normalization and weighs no value.
+            sink = layer.sinks.float()[:, None, None].expand(layer.num_heads, n, 1)
+            weights = torch.softmax(torch.cat([scores, sink], dim=-1), dim=-1)[..., :-1]
+        return (weights @ values).transpose(0, 1)  # [n, H, Dv]
+
+    @staticmethod
+    def _decoder_row(batch: ForwardBatch, b: int) -> torch.Tensor:
+        """Sequence ``b``'s decoder slots: its pool row after the encoder's tokens (none in a decoder-only batch)."""
+        enc = int(batch.encoder_lens[b]) if batch.encoder_lens is not None else 0
+        return batch.req_to_token_pool.req_to_token[int(batch.req_pool_indices[b]), enc:].long()
 
     def forward_extend(self, q, k, v, layer, batch, save_kv_cache=True):
         pool = batch.token_to_kv_pool
         out = torch.empty(q.shape[0], layer.num_heads, layer.v_head_dim, dtype=torch.float32)
-        req_to_token = batch.req_to_token_pool.req_to_token
         for b in range(batch.batch_size):
             start, ext = int(batch.extend_start_loc[b]), int(batch.extend_seq_lens[b])
             prefix = int(batch.extend_prefix_lens[b])
             rows = slice(start, start + ext)
-            cached_k, cached_v = self._load(pool, layer.layer_id,
-                                            req_to_token[int(batch.req_pool_indices[b]), :prefix].long())
+            cached_k, cached_v = self._load(pool, layer.layer_id, self._decoder_row(batch, b)[:prefix])
             # The chunk's own keys come from k/v, unquantized (as the extend operators read them).
             keys = torch.cat([cached_k, k[rows].float()])
             values = torch.cat([cached_v, v[rows].float()])
@@ -260,13 +309,12 @@ class TorchNativeBackend(AttentionBackend):
 
     def forward_decode(self, q, k, v, layer, batch, save_kv_cache=True):
         pool = batch.token_to_kv_pool
-        req_to_token = batch.req_to_token_pool.req_to_token
         if save_kv_cache:
             self._store(pool, layer.layer_id, batch.out_cache_loc, k, v)
         out = torch.empty(q.shape[0], layer.num_heads, layer.v_head_dim, dtype=torch.float32)
         for b in range(batch.batch_size):
             length = int(batch.seq_lens[b])
-            slots = req_to_token[int(batch.req_pool_indices[b]), :length].long()
+            slots = self._decoder_row(batch, b)[:length]
             if save_kv_cache:
                 # The new token as the cache holds it (quantized in an int8 cache), like the decode operators.
                 keys, values = self._load(pool, layer.layer_id, slots)

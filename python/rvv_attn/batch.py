@@ -41,6 +41,9 @@ class ForwardBatch:
     extend_prefix_lens: torch.Tensor | None = None  # [B] int32: cached tokens before them
     extend_start_loc: torch.Tensor | None = None  # [B] int32: first row of each sequence in the [T, ...] inputs
     max_len_extend: int = 0
+    # [B] int32, encoder-decoder batches only: each row holds the encoder's tokens in columns [0, enc), then the
+    # decoder's; seq_lens, prefix lengths and positions count decoder tokens. None: a decoder-only batch.
+    encoder_lens: torch.Tensor | None = None
 
     @property
     def num_tokens(self) -> int:

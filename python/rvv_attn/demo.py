@@ -1,6 +1,9 @@
-"""Generate with the small Llama model through each attention backend and compare: ``python -m rvv_attn.demo``.
+"""Generate with a small model through each attention backend and compare: ``python -m rvv_attn.demo``.
 
-The same requests (deterministic prompts from ``--seed``) run once per
+``--model`` picks the model: ``llama`` (the default) or ``gpt-oss``, the
+same decoder with gpt-oss's attention (sliding-window layers alternating
+with full ones, a learned sink per head; ``--window`` sets the window). The
+same requests (deterministic prompts from ``--seed``) run once per
 backend: chunked prefill, batched greedy decode, requests finishing at
 different times and later ones taking over their cache slots. Prints each
 request's tokens, whether the backends agree, and per-phase throughput.
@@ -11,6 +14,7 @@ RVV_ATTN_QEMU_CPU): useful as a ratio between backends, not as a board figure.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 import time
@@ -23,7 +27,7 @@ from . import runtime_info
 from .backends import BACKENDS, make_backend
 from .batch import ForwardMode
 from .generation import Engine, Request
-from .model import LlamaModel, ModelConfig
+from .model import MODELS, LlamaModel, ModelConfig
 from .pools import Int8Scales, ReqToTokenPool, make_kv_pool
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -40,20 +44,41 @@ def _int_list(text: str) -> list[int]:
     return values
 
 
+# Model sizes the command line may change: flag, ModelConfig field, help.
+_SIZE_FLAGS = (("--layers", "num_layers", "layers"), ("--hidden", "hidden_size", "hidden size"),
+               ("--heads", "num_heads", "query heads"), ("--kv-heads", "num_kv_heads", "KV heads"),
+               ("--head-dim", "head_dim", "head dimension"), ("--intermediate", "intermediate_size", "MLP width"),
+               ("--vocab", "vocab_size", "vocabulary"))
+
+
+def _dest(flag: str) -> str:
+    return flag[2:].replace("-", "_")
+
+
+def model_config(args: argparse.Namespace) -> ModelConfig:
+    """``--model``'s configuration with the sizes (and ``--window``) given on the command line."""
+    changes = {field: getattr(args, _dest(flag), None) for flag, field, _ in _SIZE_FLAGS}
+    changes["sliding_window"] = getattr(args, "window", None)
+    return dataclasses.replace(MODELS[args.model], **{k: v for k, v in changes.items() if v is not None})
+
+
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m rvv_attn.demo", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--backends", default="rvv,torch_native",
                    help=f"comma-separated, run in this order; the first is the one the others are compared with "
                         f"({', '.join(BACKENDS)})")
-    m = p.add_argument_group("model (random weights from --seed)")
-    m.add_argument("--layers", type=int, default=2)
-    m.add_argument("--hidden", type=int, default=256)
-    m.add_argument("--heads", type=int, default=8)
-    m.add_argument("--kv-heads", type=int, default=2)
-    m.add_argument("--head-dim", type=int, default=32)
-    m.add_argument("--intermediate", type=int, default=512)
-    m.add_argument("--vocab", type=int, default=512)
+    m = p.add_argument_group("model (random weights from --seed; a size not given is the --model's)")
+    m.add_argument("--model", choices=MODELS, default="llama",
+                   help="llama: full attention in every layer; gpt-oss: sliding-window layers (0, 2, ...) "
+                        "alternating with full ones, and attention sinks")
+    # Unset model options stay out of the namespace (SUPPRESS), so the chosen --model's values apply.
+    m.add_argument("--window", type=int, metavar="TOKENS", default=argparse.SUPPRESS,
+                   help=f"keys a sliding-window layer sees, its own included; 0: none (default: the model's, "
+                        f"{', '.join(f'{name} {cfg.sliding_window}' for name, cfg in MODELS.items())})")
+    for flag, field, what in _SIZE_FLAGS:
+        m.add_argument(flag, type=int, metavar="N", default=argparse.SUPPRESS,
+                       help=f"{what} (default: {getattr(MODELS['llama'], field)})")
     m.add_argument("--seed", type=int, default=0)
     r = p.add_argument_group("requests")
     r.add_argument("--requests", type=int, default=5)
@@ -78,6 +103,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         p.error(f"--backends: unknown backend {unknown[0] if unknown else '(none)'}; choose from {', '.join(BACKENDS)}")
     if args.requests < 1 or args.threads < 1 or args.chunk_size < 1 or args.max_running < 1:
         p.error("--requests, --threads, --chunk-size and --max-running must be >= 1")
+    sizes = [flag for flag, _, _ in _SIZE_FLAGS if getattr(args, _dest(flag), 1) < 1]
+    if sizes:
+        p.error(f"{sizes[0]} must be >= 1")
+    if getattr(args, "window", 0) < 0:
+        p.error(f"--window {args.window}: give the keys a sliding layer sees (>= 1), or 0 for no window")
     return args
 
 
@@ -117,19 +147,19 @@ class Progress:
             print(file=sys.stderr, flush=True)
 
 
-def make_requests(args: argparse.Namespace) -> list[Request]:
+def make_requests(args: argparse.Namespace, vocab: int) -> list[Request]:
     g = torch.Generator().manual_seed(args.seed + 1)
     reqs = []
     for i in range(args.requests):
         n = args.prompt_lens[i % len(args.prompt_lens)]
-        prompt = torch.randint(0, args.vocab, (n,), generator=g).tolist()
+        prompt = torch.randint(0, vocab, (n,), generator=g).tolist()
         reqs.append(Request(f"req{i}", prompt, args.new_tokens[i % len(args.new_tokens)]))
     return reqs
 
 
 def run_backend(name: str, args: argparse.Namespace, cfg: ModelConfig) -> BackendRun:
     dtype = DTYPES[args.dtype]
-    reqs = make_requests(args)
+    reqs = make_requests(args, cfg.vocab_size)
     max_context = max(r.context_len for r in reqs)
     pool_tokens = args.pool_tokens or args.max_running * max_context
     model = LlamaModel(cfg, dtype, seed=args.seed)
@@ -224,16 +254,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     torch.set_num_threads(args.threads)
     try:
-        cfg = ModelConfig(vocab_size=args.vocab, hidden_size=args.hidden, num_layers=args.layers,
-                          num_heads=args.heads, num_kv_heads=args.kv_heads, head_dim=args.head_dim,
-                          intermediate_size=args.intermediate)
+        cfg = model_config(args)
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     info = runtime_info()
-    reqs = make_requests(args)
+    reqs = make_requests(args, cfg.vocab_size)
     kv = args.dtype if args.kv_cache == "float" else f"{args.kv_cache} (model {args.dtype})"
-    print(f"rvv-attn demo: Llama-style model, {cfg.describe()}, seed {args.seed}")
+    style = {"llama": "Llama-style", "gpt-oss": "gpt-oss-like"}[args.model]
+    print(f"rvv-attn demo: {style} model, {cfg.describe()}, seed {args.seed}")
     print(f"  {len(reqs)} requests, prompts {[len(r.prompt) for r in reqs]}, new tokens "
           f"{[r.max_new_tokens for r in reqs]}; prefill chunk {args.chunk_size} tokens, at most {args.max_running} "
           f"running; KV cache {kv}")

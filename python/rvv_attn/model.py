@@ -13,10 +13,21 @@ random model's attention is nearly uniform, its output an average that
 shrinks with the context and hardly moves the logits. Scores with standard
 deviation ``qk_gain**2`` make attention pick out a few tokens, as a trained
 model's does, so what attention reads shows in the generated tokens.
+
+``MODELS["gpt-oss"]`` is the same decoder with gpt-oss's attention:
+sliding-window layers alternating with full-attention ones (layer 0
+sliding, as gpt-oss's ``layer_types`` start) and a learned sink per query
+head. Its window is small (16 keys) so that ordinary prompts outrun it. The
+sinks are drawn after every other weight, N(0, ``sink_std``**2): with scores
+of standard deviation ~2, some heads' sinks outweigh every key (their output
+shrinks towards zero, as a trained gpt-oss head does when nothing in its
+window matters) while others hardly change the softmax. Its other weights
+are those of the same configuration without sinks.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -26,7 +37,7 @@ import torch.nn.functional as F
 from .backends import AttentionBackend, AttentionLayer
 from .batch import ForwardBatch
 
-__all__ = ["ModelConfig", "LlamaModel"]
+__all__ = ["ModelConfig", "LlamaModel", "MODELS"]
 
 
 @dataclass(frozen=True)
@@ -43,8 +54,15 @@ class ModelConfig:
     max_position: int = 4096
     logit_cap: float = 0.0
     qk_gain: float = 1.5
+    # gpt-oss-style attention. sliding_window: keys a sliding layer's query sees, its own included (HF's
+    # `sliding_window`); even layers slide, odd ones attend to everything. 0: every layer is full attention.
+    sliding_window: int = 0
+    attention_sinks: bool = False  # a learned sink logit per query head in every layer
+    sink_std: float = 2.0
 
     def __post_init__(self) -> None:
+        if self.sliding_window < 0:
+            raise ValueError(f"sliding_window = {self.sliding_window} must be >= 1 (keys seen), or 0 for none")
         if self.num_heads % self.num_kv_heads:
             raise ValueError(f"num_heads = {self.num_heads} must be a multiple of num_kv_heads = {self.num_kv_heads}")
         if self.head_dim % 2:
@@ -54,10 +72,28 @@ class ModelConfig:
         """int8 static (K, V) scales whose codes cover 5 standard deviations of this model's K and V."""
         return 5 * self.qk_gain / 127, 5 / 127
 
+    def layer_window(self, layer_id: int) -> int:
+        """The layer's window in SGLang's RadixAttention convention: previous tokens seen besides the query's
+        own (``sliding_window - 1``, as SGLang's gpt-oss model passes it), -1 for a full-attention layer."""
+        return self.sliding_window - 1 if self.sliding_window > 0 and layer_id % 2 == 0 else -1
+
     def describe(self) -> str:
-        return (f"{self.num_layers} layers, hidden {self.hidden_size}, {self.num_heads} query / "
+        text = (f"{self.num_layers} layers, hidden {self.hidden_size}, {self.num_heads} query / "
                 f"{self.num_kv_heads} KV heads, head dim {self.head_dim}, MLP {self.intermediate_size}, "
                 f"vocab {self.vocab_size}")
+        if self.sliding_window:
+            sliding = [i for i in range(self.num_layers) if self.layer_window(i) >= 0]
+            text += f", {self.sliding_window}-token sliding window in layers {sliding} (the others full)"
+        if self.attention_sinks:
+            text += ", attention sinks"
+        return text
+
+
+# The demo's --model choices. Both keep the default dimensions; "gpt-oss" adds gpt-oss's attention.
+MODELS: dict[str, ModelConfig] = {
+    "llama": ModelConfig(),
+    "gpt-oss": ModelConfig(sliding_window=16, attention_sinks=True),
+}
 
 
 class _Weights:
@@ -76,6 +112,9 @@ class _Weights:
 
     def embedding(self, vocab: int, hidden: int) -> torch.Tensor:
         return torch.randn(vocab, hidden, generator=self.g).to(self.dtype)
+
+    def sinks(self, heads: int, std: float) -> torch.Tensor:
+        return (std * torch.randn(heads, generator=self.g)).to(self.dtype)
 
 
 def _rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -110,7 +149,8 @@ class _DecoderLayer:
         self.gate_up_proj = w.linear(2 * cfg.intermediate_size, cfg.hidden_size)
         self.down_proj = w.linear(cfg.hidden_size, cfg.intermediate_size)
         self.attn = AttentionLayer(layer_id=layer_id, num_heads=h, num_kv_heads=hkv, head_dim=d, v_head_dim=d,
-                                   scaling=d ** -0.5, logit_cap=cfg.logit_cap)
+                                   scaling=d ** -0.5, logit_cap=cfg.logit_cap,
+                                   sliding_window_size=cfg.layer_window(layer_id))
 
     def __call__(self, hidden: torch.Tensor, positions: torch.Tensor, rotary: _Rotary, batch: ForwardBatch,
                  backend: AttentionBackend, save_kv_cache: bool) -> torch.Tensor:
@@ -138,6 +178,10 @@ class LlamaModel:
         self.layers = [_DecoderLayer(cfg, i, w) for i in range(cfg.num_layers)]
         self.final_norm = w.norm(cfg.hidden_size)
         self.lm_head = w.linear(cfg.vocab_size, cfg.hidden_size)
+        if cfg.attention_sinks:
+            # Drawn last, so the other weights are those of the configuration without sinks.
+            for layer in self.layers:
+                layer.attn = dataclasses.replace(layer.attn, sinks=w.sinks(cfg.num_heads, cfg.sink_std))
         self.rotary = _Rotary(cfg.head_dim, cfg.max_position, cfg.rope_theta)
 
     @torch.inference_mode()
