@@ -222,8 +222,8 @@ def _register_vlen_sessions(variant: vlens.Variant) -> None:
     def demo_session(session: nox.Session) -> None:
         _demo_vlen(session, variant)
 
-    demo_session.__doc__ = (f"Generate with the small Llama model through the RVV and torch-native backends at "
-                            f"{where}; options after -- (see -- --help).")
+    demo_session.__doc__ = (f"Generate with a small model (Llama; gpt-oss-like with -- --model=gpt-oss) through the "
+                            f"RVV and torch-native backends at {where}; options after -- (see -- --help).")
 
 
 for _variant in vlens.variants():
