@@ -152,8 +152,6 @@ struct ExtendRows {
 
 // ---- row operations on the tiles ---------------------------------------------
 
-void fill_zero(float* dst, int64_t n);
-
 // kt[d*BN + j] = K[k0 + j][d] for j < nb: one indexed load per d gathers
 // column d of the block's K rows, already transposed and widened to f32, a
 // vec::VF of keys (half a key block) at a time.
@@ -262,21 +260,19 @@ void score_tile(float* s, const float* qt, const float* kt, int64_t rows, int64_
   }
 }
 
-// One online-softmax step for a row's scores [first, n) (first < n): applies
+// One online-softmax step for a row's first ``n`` scores (n >= 1): applies
 // the cap, updates the running max *m and sum *l, leaves p = exp(s - m_new)
-// in s (and p = 0 for the keys before ``first``, which lie outside the
-// row's sliding window) and returns alpha = exp(m_old - m_new), the factor
-// the row's accumulator must be rescaled by. The row (up to a wide vector of keys) is
+// in s and returns alpha = exp(m_old - m_new), the factor the row's
+// accumulator must be rescaled by. The row (up to a wide vector of keys) is
 // handled a vec::VF at a time: a first pass finds the block max (storing
 // the capped or scaled scores back), a second takes the exponentials.
 // With ``k_sc`` / ``v_sc`` (int8 cache, per-token scales; null when absent),
 // the scores are first multiplied by the keys' scales, and the
 // probabilities stored in s by the values' scales; the sum l is unscaled.
-float online_softmax_step(float* s, int64_t first, int64_t n, float logit_cap, float* m, float* l,
-                          const float* k_sc, const float* v_sc) {
+float online_softmax_step(float* s, int64_t n, float logit_cap, float* m, float* l, const float* k_sc,
+                          const float* v_sc) {
   float block_max = -std::numeric_limits<float>::infinity();
-  fill_zero(s, first);
-  for (int64_t c = first; c < n;) {
+  for (int64_t c = 0; c < n;) {
     const size_t vl = vec::setvl(static_cast<size_t>(n - c));
     vec::VF x = vec::load(s + c, vl);
     if (k_sc != nullptr) x = vec::mul(x, vec::load(k_sc + c, vl), vl);
@@ -290,7 +286,7 @@ float online_softmax_step(float* s, int64_t first, int64_t n, float logit_cap, f
   // exp(-inf) = 0 on a row's first step: the empty accumulator stays 0.
   const float alpha = vec::exp_scalar(*m - m_new);
   float sum = 0.0f;
-  for (int64_t c = first; c < n;) {
+  for (int64_t c = 0; c < n;) {
     const size_t vl = vec::setvl(static_cast<size_t>(n - c));
     const vec::VF pv = vec::exp_nonpositive(vec::sub(vec::load(s + c, vl), m_new, vl), vl);  // s <= m_new
     sum += vec::reduce_sum(pv, vl);
@@ -493,19 +489,31 @@ void attend_block(const Item& it, const Src& src, int64_t k0, int64_t nb, int64_
   for (int64_t j = 0; j < nb; ++j) load_row<Tr>(w.v + j * Dv, src.v_row(k0 + j), Dv);
   float alpha[BM];
   int64_t seen[BM];  // keys of the block each row sees
+  const bool windowed = p.window > 0;
   for (int64_t r = 0; r < it.rows; ++r) {
     int64_t n = nb;
     if (diag >= 0) {
       const int64_t last = diag + r - k0;  // the row's last visible key, relative to k0
       n = last < 0 ? 0 : (last + 1 < nb ? last + 1 : nb);
     }
-    const int64_t first = p.window > 0 && low + r > k0 ? low + r - k0 : 0;  // its first, relative to k0
-    if (first >= n) n = 0;
+    // With a window, the row's first visible key (relative to k0): the
+    // keys before it get probability 0 and stay out of the softmax step.
+    int64_t first = 0;
+    if (windowed && low + r > k0) {
+      first = low + r - k0;
+      if (first >= n) {
+        n = 0;
+      } else {
+        fill_zero(w.s + r * BN, first);
+      }
+    }
     seen[r] = n;
     // A row that sees nothing of the block (all of it in the row's future,
     // or before its window) keeps its state: alpha 1 and no keys.
     alpha[r] = n == 0 ? 1.0f
-                      : online_softmax_step(w.s + r * BN, first, n, p.logit_cap, &w.m[r], &w.l[r], k_sc, v_sc);
+                      : online_softmax_step(w.s + r * BN + first, n - first, p.logit_cap, &w.m[r], &w.l[r],
+                                            k_sc != nullptr ? k_sc + first : nullptr,
+                                            v_sc != nullptr ? v_sc + first : nullptr);
   }
   rescale_accumulate_tile(w.acc, alpha, w.s, seen, it.rows, w.v, Dv);
 }
