@@ -65,6 +65,7 @@ def test_rows_no_sequence_covers_are_zero(kernel_variant):
 
 @pytest.mark.parametrize("case", ["decreasing", "past the rows", "over max", "int64", "not from 0", "head dims",
                                   "heads", "dtype", "sizes differ"])
+@pytest.mark.variant_independent
 def test_bad_input_is_refused(case):
     q, k, v = _inputs([3, 2], [4, 1], heads=4, heads_kv=2, head_dim=8, head_dim_v=8, dtype=torch.float32, seed=4)
     cu_q, cu_k, max_q, max_k = _cu([3, 2]), _cu([4, 1]), 3, 4

@@ -105,6 +105,7 @@ def test_mla_prefill_without_a_prefix_reads_only_the_new_tokens(kernel_variant):
         opcall.call_documented("extend_attention_cpu", args)
 
 
+@pytest.mark.variant_independent
 def test_a_fake_mla_view_is_refused():
     """Same storage, but not k_buffer[..., :Dv]: the write would land in what is read as V."""
     g = torch.Generator().manual_seed(3)

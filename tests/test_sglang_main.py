@@ -310,6 +310,7 @@ def test_sgl_kernel_names_called_as_sglang_mains_backend_calls_them(kernel_varia
     assert_close_to_reference(d["output"], expected)
 
 
+@pytest.mark.variant_independent
 def test_sgl_kernel_schemas_are_sglang_mains():
     import rvv_attn.sglang  # noqa: F401
 
@@ -350,6 +351,7 @@ def _refused(name: str, args: dict[str, object], match: str) -> None:
         opcall.call_documented(name, args)
 
 
+@pytest.mark.variant_independent
 def test_bad_options_are_refused_before_anything_is_written():
     t = Paged(lens=[6, 4], enc=[2, 3], seed=10)
     sinks = t.sinks()
