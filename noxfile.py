@@ -99,7 +99,8 @@ def _stage_for(session: nox.Session, root: Path, only: list[vlens.Variant]) -> P
         stage = build.stage_wheel(build.newest_wheel(full.wheels), full.stage)
         return build.record_variants(stage, vlens.variants())
     tree = build.cross_tree(only)
-    if (tree.build / "build.ninja").exists():  # configured before: ninja alone compiles what changed
+    # Configured and staged from a wheel before: ninja alone compiles what changed.
+    if (tree.build / "build.ninja").exists() and build.stage_has_metadata(tree.stage):
         with Stopwatch(f"building portable + {', '.join(v.name for v in only)} in {tree.build} (incremental)"):
             session.run("ninja", "-C", str(tree.build), env=build.compiler_cache_env(), silent=True)
         stage = build.stage_tree(tree)

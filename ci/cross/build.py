@@ -152,6 +152,15 @@ def stage_tree(tree: CrossTree, package_dir: Path = PACKAGE_DIR) -> Path:
     return stage
 
 
+def stage_has_metadata(stage: Path) -> bool:
+    """True when ``stage`` holds the package's dist-info, which only unpacking a wheel puts there.
+
+    ``stage_tree`` refreshes the library and Python files of a stage made by ``stage_wheel``; a stage it
+    made alone would lack the metadata (importlib.metadata.version("rvv-attn")) that the tests check.
+    """
+    return any(stage.glob("rvv_attn-*.dist-info"))
+
+
 def _restore_wheel_generated(tree: CrossTree, stage: Path) -> None:
     try:
         wheel = newest_wheel(tree.wheels)

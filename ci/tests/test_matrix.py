@@ -184,3 +184,12 @@ def test_byte_compile_starts_with_the_largest_trees(tmp_path):
             (tmp_path / name / "sub" / f"m{i}.py").write_text("")
     trees = [tmp_path / n for n in ("small", "large", "medium")]
     assert [t.name for t in sysroot.largest_first(trees)] == ["large", "medium", "small"]
+
+
+def test_only_a_stage_unpacked_from_a_wheel_counts_as_having_metadata(tmp_path):
+    from cross import build
+
+    (tmp_path / "rvv_attn").mkdir()
+    assert not build.stage_has_metadata(tmp_path)  # what stage_tree alone leaves
+    (tmp_path / "rvv_attn-0.2.0.dist-info").mkdir()
+    assert build.stage_has_metadata(tmp_path)
