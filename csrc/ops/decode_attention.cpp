@@ -15,6 +15,7 @@
 #include "kernel_api.h"
 #include "ops/attention.h"
 #include "ops/attention_options.h"
+#include "ops/entry_points.h"
 #include "ops/int8_kv.h"
 #include "ops/kv_write.h"
 #include "ops/runtime.h"
@@ -229,16 +230,8 @@ void decode_attention(const char* op, const Int8KvArgs* int8, const at::Tensor& 
 
 namespace {
 
-void decode_attention_cpu(const at::Tensor& query, at::Tensor& k_buffer, at::Tensor& v_buffer, at::Tensor& output,
-                          const std::optional<at::Tensor>& key, const std::optional<at::Tensor>& value,
-                          const at::Tensor& loc, at::Tensor& attn_logits, const at::Tensor& req_to_token,
-                          const at::Tensor& req_pool_indices, const at::Tensor& seq_lens, double sm_scale,
-                          double logit_cap, bool is_cross_attn, int64_t sliding_window_size,
-                          const std::optional<at::Tensor>& encoder_lens, const std::optional<at::Tensor>& sinks) {
-  ops::decode_attention("rvv_attn.decode_attention_cpu", nullptr, query, k_buffer, v_buffer, output, key, value, loc,
-                        attn_logits, req_to_token, req_pool_indices, seq_lens, sm_scale, logit_cap,
-                        {is_cross_attn, sliding_window_size, encoder_lens, sinks});
-}
+
+constexpr char kDecodeName[] = "rvv_attn.decode_attention_cpu";
 
 // Tokens per KV block of the active variant's decode (and int8 decode)
 // kernel: lets tests aim at each variant's own block boundaries.
@@ -255,4 +248,6 @@ TORCH_LIBRARY_FRAGMENT(rvv_attn, m) {
       "Tensor req_pool_indices, Tensor seq_lens, float sm_scale, float logit_cap, " RVV_ATTN_OPTION_ARGS ") -> ()");
 }
 
-TORCH_LIBRARY_IMPL(rvv_attn, CPU, m) { m.impl("decode_attention_cpu", &rvv_attn::decode_attention_cpu); }
+TORCH_LIBRARY_IMPL(rvv_attn, CPU, m) {
+  m.impl("decode_attention_cpu", &rvv_attn::entry::decode_attention_cpu<rvv_attn::kDecodeName>);
+}

@@ -17,6 +17,7 @@
 #include "kernel_api.h"
 #include "ops/attention.h"
 #include "ops/attention_options.h"
+#include "ops/entry_points.h"
 #include "ops/int8_kv.h"
 #include "ops/runtime.h"
 #include "overlap.h"
@@ -25,7 +26,7 @@
 namespace rvv_attn {
 namespace {
 
-constexpr const char* kOp = "rvv_attn.extend_attention_cpu";
+constexpr char kExtendName[] = "rvv_attn.extend_attention_cpu";
 // Up to DeepSeek-style MLA's absorbed heads (D = 576 = 512 + 64, Dv = 512).
 // The per-worker arena grows with them: at most ~1.5 MB (VLEN 1024's tiles).
 constexpr int64_t kMaxHeadDim = 576;
@@ -395,18 +396,6 @@ void ops::extend_attention(const char* op, const ops::Int8KvArgs* int8, const at
 
 namespace {
 
-void extend_attention_cpu(const at::Tensor& q_extend, const std::optional<at::Tensor>& k_extend,
-                          const std::optional<at::Tensor>& v_extend, at::Tensor& o_extend, const at::Tensor& k_buffer,
-                          const at::Tensor& v_buffer, const at::Tensor& req_to_token,
-                          const at::Tensor& req_pool_indices, const at::Tensor& seq_lens,
-                          const at::Tensor& extend_seq_lens, const at::Tensor& extend_start_loc,
-                          int64_t max_len_extend, double sm_scale, double logit_cap, bool is_cross_attn,
-                          int64_t sliding_window_size, const std::optional<at::Tensor>& encoder_lens,
-                          const std::optional<at::Tensor>& sinks) {
-  ops::extend_attention(kOp, nullptr, q_extend, k_extend, v_extend, o_extend, k_buffer, v_buffer, req_to_token,
-                        req_pool_indices, seq_lens, extend_seq_lens, extend_start_loc, max_len_extend, sm_scale,
-                        logit_cap, {is_cross_attn, sliding_window_size, encoder_lens, sinks});
-}
 
 // [BLOCK_M, BLOCK_N, arena bytes per worker] of the active variant for the
 // given head dims: lets tests aim at each variant's own tile boundaries.
@@ -433,4 +422,6 @@ TORCH_LIBRARY_FRAGMENT(rvv_attn, m) {
         &rvv_attn::extend_attention_blocking);
 }
 
-TORCH_LIBRARY_IMPL(rvv_attn, CPU, m) { m.impl("extend_attention_cpu", &rvv_attn::extend_attention_cpu); }
+TORCH_LIBRARY_IMPL(rvv_attn, CPU, m) {
+  m.impl("extend_attention_cpu", &rvv_attn::entry::extend_attention_cpu<rvv_attn::kExtendName>);
+}

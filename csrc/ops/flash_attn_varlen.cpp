@@ -19,6 +19,7 @@
 #include "checks.h"
 #include "kernel_api.h"
 #include "ops/attention.h"
+#include "ops/entry_points.h"
 
 namespace rvv_attn {
 
@@ -132,12 +133,7 @@ at::Tensor ops::flash_attn_varlen(const char* op, const at::Tensor& q, const at:
 
 namespace {
 
-at::Tensor flash_attn_varlen_func(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                                  const at::Tensor& cu_seqlens_q, const at::Tensor& cu_seqlens_k, int64_t max_seqlen_q,
-                                  int64_t max_seqlen_k, bool causal) {
-  return ops::flash_attn_varlen("rvv_attn.flash_attn_varlen_func", q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
-                                max_seqlen_k, causal);
-}
+constexpr char kVarlenName[] = "rvv_attn.flash_attn_varlen_func";
 
 }  // namespace
 }  // namespace rvv_attn
@@ -148,4 +144,4 @@ TORCH_LIBRARY_FRAGMENT(rvv_attn, m) {
       "int max_seqlen_q, int max_seqlen_k, bool causal) -> Tensor");
 }
 
-TORCH_LIBRARY_IMPL(rvv_attn, CPU, m) { m.impl("flash_attn_varlen_func", &rvv_attn::flash_attn_varlen_func); }
+TORCH_LIBRARY_IMPL(rvv_attn, CPU, m) { m.impl("flash_attn_varlen_func", &rvv_attn::entry::flash_attn_varlen_func<rvv_attn::kVarlenName>); }

@@ -6,42 +6,14 @@
 #include <ATen/core/Tensor.h>
 #include <torch/library.h>
 
-#include "ops/attention.h"
-#include "ops/int8_kv.h"
+#include "ops/attention_options.h"
+#include "ops/entry_points.h"
 
 namespace rvv_attn {
 namespace {
 
-void decode_attention_int8_cpu(const at::Tensor& query, at::Tensor& k_buffer, at::Tensor& v_buffer,
-                               at::Tensor& output, const std::optional<at::Tensor>& key,
-                               const std::optional<at::Tensor>& value,
-                               const at::Tensor& loc, at::Tensor& attn_logits, const at::Tensor& req_to_token,
-                               const at::Tensor& req_pool_indices, const at::Tensor& seq_lens, double sm_scale,
-                               double logit_cap, at::Tensor& k_scale_buf, at::Tensor& v_scale_buf, double k_scale,
-                               double v_scale, bool is_cross_attn, int64_t sliding_window_size,
-                               const std::optional<at::Tensor>& encoder_lens, const std::optional<at::Tensor>& sinks) {
-  const ops::Int8KvArgs int8{k_scale_buf, v_scale_buf, k_scale, v_scale};
-  ops::decode_attention("rvv_attn.decode_attention_int8_cpu", &int8, query, k_buffer, v_buffer, output, key, value,
-                        loc, attn_logits, req_to_token, req_pool_indices, seq_lens, sm_scale, logit_cap,
-                        {is_cross_attn, sliding_window_size, encoder_lens, sinks});
-}
-
-void extend_attention_int8_cpu(const at::Tensor& q_extend, const std::optional<at::Tensor>& k_extend,
-                               const std::optional<at::Tensor>& v_extend,
-                               // Unlike the float operator, this one writes the new tokens into the cache.
-                               at::Tensor& o_extend, at::Tensor& k_buffer, at::Tensor& v_buffer,
-                               const at::Tensor& req_to_token, const at::Tensor& req_pool_indices,
-                               const at::Tensor& seq_lens, const at::Tensor& extend_seq_lens,
-                               const at::Tensor& extend_start_loc, int64_t max_len_extend, double sm_scale,
-                               double logit_cap, at::Tensor& k_scale_buf, at::Tensor& v_scale_buf, double k_scale,
-                               double v_scale, bool is_cross_attn, int64_t sliding_window_size,
-                               const std::optional<at::Tensor>& encoder_lens, const std::optional<at::Tensor>& sinks) {
-  const ops::Int8KvArgs int8{k_scale_buf, v_scale_buf, k_scale, v_scale};
-  ops::extend_attention("rvv_attn.extend_attention_int8_cpu", &int8, q_extend, k_extend, v_extend, o_extend,
-                        k_buffer, v_buffer, req_to_token, req_pool_indices, seq_lens, extend_seq_lens,
-                        extend_start_loc, max_len_extend, sm_scale, logit_cap,
-                        {is_cross_attn, sliding_window_size, encoder_lens, sinks});
-}
+constexpr char kDecodeInt8Name[] = "rvv_attn.decode_attention_int8_cpu";
+constexpr char kExtendInt8Name[] = "rvv_attn.extend_attention_int8_cpu";
 
 }  // namespace
 }  // namespace rvv_attn
@@ -62,6 +34,6 @@ TORCH_LIBRARY_FRAGMENT(rvv_attn, m) {
 }
 
 TORCH_LIBRARY_IMPL(rvv_attn, CPU, m) {
-  m.impl("decode_attention_int8_cpu", &rvv_attn::decode_attention_int8_cpu);
-  m.impl("extend_attention_int8_cpu", &rvv_attn::extend_attention_int8_cpu);
+  m.impl("decode_attention_int8_cpu", &rvv_attn::entry::decode_attention_int8_cpu<rvv_attn::kDecodeInt8Name>);
+  m.impl("extend_attention_int8_cpu", &rvv_attn::entry::extend_attention_int8_cpu<rvv_attn::kExtendInt8Name>);
 }

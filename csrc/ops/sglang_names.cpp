@@ -5,8 +5,9 @@
 // only (``import rvv_attn.sglang`` calls rvv_attn::register_sglang_names), so
 // that loading rvv_attn next to a real sgl-kernel build changes nothing.
 //
-// The wrappers are C++: a call through torch.ops.sgl_kernel reaches the same
-// validation and kernels as torch.ops.rvv_attn, with no Python in between.
+// The entry points are rvv_attn's own (ops/entry_points.h), under these names:
+// a call through torch.ops.sgl_kernel reaches the same validation and
+// kernels as torch.ops.rvv_attn, with no Python in between.
 #include <ATen/core/Tensor.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/library.h>
@@ -17,76 +18,18 @@
 #include <string>
 #include <vector>
 
-#include "ops/attention.h"
 #include "ops/attention_options.h"
+#include "ops/entry_points.h"
 
 namespace rvv_attn {
 namespace {
 
-using OptTensor = std::optional<at::Tensor>;
-
-void decode_attention_cpu(const at::Tensor& query, at::Tensor& k_cache, at::Tensor& v_cache, at::Tensor& output,
-                          const OptTensor& key, const OptTensor& value, const at::Tensor& loc, at::Tensor& attn_logits,
-                          const at::Tensor& req_to_token, const at::Tensor& req_pool_indices,
-                          const at::Tensor& seq_lens, double sm_scale, double logit_cap, bool is_cross_attn,
-                          int64_t sliding_window_size, const OptTensor& encoder_lens, const OptTensor& sinks) {
-  ops::decode_attention("sgl_kernel.decode_attention_cpu", nullptr, query, k_cache, v_cache, output, key, value, loc,
-                        attn_logits, req_to_token, req_pool_indices, seq_lens, sm_scale, logit_cap,
-                        {is_cross_attn, sliding_window_size, encoder_lens, sinks});
-}
-
-void extend_attention_cpu(const at::Tensor& q_extend, const OptTensor& k_extend, const OptTensor& v_extend,
-                          at::Tensor& o_extend, const at::Tensor& k_buffer, const at::Tensor& v_buffer,
-                          const at::Tensor& req_to_token, const at::Tensor& req_pool_indices,
-                          const at::Tensor& seq_lens, const at::Tensor& extend_seq_lens,
-                          const at::Tensor& extend_start_loc, int64_t max_len_extend, double sm_scale,
-                          double logit_cap, bool is_cross_attn, int64_t sliding_window_size,
-                          const OptTensor& encoder_lens, const OptTensor& sinks) {
-  ops::extend_attention("sgl_kernel.extend_attention_cpu", nullptr, q_extend, k_extend, v_extend, o_extend, k_buffer,
-                        v_buffer, req_to_token, req_pool_indices, seq_lens, extend_seq_lens, extend_start_loc,
-                        max_len_extend, sm_scale, logit_cap,
-                        {is_cross_attn, sliding_window_size, encoder_lens, sinks});
-}
-
-void decode_attention_int8_cpu(const at::Tensor& query, at::Tensor& k_cache, at::Tensor& v_cache,
-                               at::Tensor& output, const OptTensor& key, const OptTensor& value, const at::Tensor& loc,
-                               at::Tensor& attn_logits, const at::Tensor& req_to_token,
-                               const at::Tensor& req_pool_indices, const at::Tensor& seq_lens, double sm_scale,
-                               double logit_cap, at::Tensor& k_scale_buf, at::Tensor& v_scale_buf, double k_scale,
-                               double v_scale, bool is_cross_attn, int64_t sliding_window_size,
-                               const OptTensor& encoder_lens, const OptTensor& sinks) {
-  const ops::Int8KvArgs int8{k_scale_buf, v_scale_buf, k_scale, v_scale};
-  ops::decode_attention("sgl_kernel.decode_attention_int8_cpu", &int8, query, k_cache, v_cache, output, key, value,
-                        loc, attn_logits, req_to_token, req_pool_indices, seq_lens, sm_scale, logit_cap,
-                        {is_cross_attn, sliding_window_size, encoder_lens, sinks});
-}
-
-void extend_attention_int8_cpu(const at::Tensor& q_extend, const OptTensor& k_extend, const OptTensor& v_extend,
-                               at::Tensor& o_extend, at::Tensor& k_buffer, at::Tensor& v_buffer,
-                               const at::Tensor& req_to_token, const at::Tensor& req_pool_indices,
-                               const at::Tensor& seq_lens, const at::Tensor& extend_seq_lens,
-                               const at::Tensor& extend_start_loc, int64_t max_len_extend, double sm_scale,
-                               double logit_cap, at::Tensor& k_scale_buf, at::Tensor& v_scale_buf, double k_scale,
-                               double v_scale, bool is_cross_attn, int64_t sliding_window_size,
-                               const OptTensor& encoder_lens, const OptTensor& sinks) {
-  const ops::Int8KvArgs int8{k_scale_buf, v_scale_buf, k_scale, v_scale};
-  ops::extend_attention("sgl_kernel.extend_attention_int8_cpu", &int8, q_extend, k_extend, v_extend, o_extend,
-                        k_buffer, v_buffer, req_to_token, req_pool_indices, seq_lens, extend_seq_lens,
-                        extend_start_loc, max_len_extend, sm_scale, logit_cap,
-                        {is_cross_attn, sliding_window_size, encoder_lens, sinks});
-}
-
-at::Tensor flash_attn_varlen_func(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                                  const at::Tensor& cu_seqlens_q, const at::Tensor& cu_seqlens_k, int64_t max_seqlen_q,
-                                  int64_t max_seqlen_k, bool causal) {
-  return ops::flash_attn_varlen("sgl_kernel.flash_attn_varlen_func", q, k, v, cu_seqlens_q, cu_seqlens_k,
-                                max_seqlen_q, max_seqlen_k, causal);
-}
-
-void store_cache_cpu(const at::Tensor& k, const at::Tensor& v, at::Tensor& k_cache, at::Tensor& v_cache,
-                     const at::Tensor& indices, std::optional<int64_t> row_dim) {
-  ops::store_cache("sgl_kernel.store_cache_cpu", k, v, k_cache, v_cache, indices, row_dim);
-}
+constexpr char kDecode[] = "sgl_kernel.decode_attention_cpu";
+constexpr char kExtend[] = "sgl_kernel.extend_attention_cpu";
+constexpr char kDecodeInt8[] = "sgl_kernel.decode_attention_int8_cpu";
+constexpr char kExtendInt8[] = "sgl_kernel.extend_attention_int8_cpu";
+constexpr char kVarlen[] = "sgl_kernel.flash_attn_varlen_func";
+constexpr char kStoreCache[] = "sgl_kernel.store_cache_cpu";
 
 // SGLang main's schemas; the alias annotations also mark the caches and
 // attn_logits, which SGLang's kernels write without declaring it.
@@ -148,12 +91,12 @@ std::vector<std::string> register_sglang_names() {
   for (const Entry& e : kEntries) defs->def(e.schema);
   auto impls = std::make_unique<torch::Library>(torch::Library::IMPL, "sgl_kernel", c10::DispatchKey::CPU, __FILE__,
                                                 __LINE__);
-  impls->impl("decode_attention_cpu", &decode_attention_cpu);
-  impls->impl("extend_attention_cpu", &extend_attention_cpu);
-  impls->impl("decode_attention_int8_cpu", &decode_attention_int8_cpu);
-  impls->impl("extend_attention_int8_cpu", &extend_attention_int8_cpu);
-  impls->impl("flash_attn_varlen_func", &flash_attn_varlen_func);
-  impls->impl("store_cache_cpu", &store_cache_cpu);
+  impls->impl("decode_attention_cpu", &entry::decode_attention_cpu<kDecode>);
+  impls->impl("extend_attention_cpu", &entry::extend_attention_cpu<kExtend>);
+  impls->impl("decode_attention_int8_cpu", &entry::decode_attention_int8_cpu<kDecodeInt8>);
+  impls->impl("extend_attention_int8_cpu", &entry::extend_attention_int8_cpu<kExtendInt8>);
+  impls->impl("flash_attn_varlen_func", &entry::flash_attn_varlen_func<kVarlen>);
+  impls->impl("store_cache_cpu", &entry::store_cache_cpu<kStoreCache>);
   libraries.push_back(std::move(defs));
   libraries.push_back(std::move(impls));
   return names;

@@ -14,6 +14,7 @@
 
 #include "checks.h"
 #include "ops/attention.h"
+#include "ops/entry_points.h"
 #include "kernel_api.h"
 #include "ops/kv_write.h"
 #include "ops/runtime.h"
@@ -22,7 +23,7 @@
 namespace rvv_attn {
 namespace {
 
-constexpr const char* kOp = "rvv_attn.store_cache_cpu";
+constexpr char kStoreCacheName[] = "rvv_attn.store_cache_cpu";
 
 DType copy_dtype(const char* op, const at::Tensor& t) {
   if (t.scalar_type() == at::kByte) return DType::Bytes;
@@ -34,8 +35,8 @@ DType copy_dtype(const char* op, const at::Tensor& t) {
 
 }  // namespace
 
-void ops::store_cache(const char* op, const at::Tensor& k, const at::Tensor& v, at::Tensor& k_cache, at::Tensor& v_cache,
-                 const at::Tensor& indices, std::optional<int64_t> row_dim) {
+void ops::store_cache(const char* op, const at::Tensor& k, const at::Tensor& v, at::Tensor& k_cache,
+                      at::Tensor& v_cache, const at::Tensor& indices, std::optional<int64_t> row_dim) {
   using namespace checks;
   rank(op, "k", k, 3, "[T, H, D]");
   rank(op, "v", v, 3, "[T, H, Dv]");
@@ -108,14 +109,6 @@ void ops::store_cache(const char* op, const at::Tensor& k, const at::Tensor& v, 
   ops::run_kv_write(w);
 }
 
-namespace {
-
-void store_cache_cpu(const at::Tensor& k, const at::Tensor& v, at::Tensor& k_cache, at::Tensor& v_cache,
-                     const at::Tensor& indices, std::optional<int64_t> row_dim) {
-  ops::store_cache(kOp, k, v, k_cache, v_cache, indices, row_dim);
-}
-
-}  // namespace
 }  // namespace rvv_attn
 
 TORCH_LIBRARY_FRAGMENT(rvv_attn, m) {
@@ -124,4 +117,6 @@ TORCH_LIBRARY_FRAGMENT(rvv_attn, m) {
       "int? row_dim=None) -> ()");
 }
 
-TORCH_LIBRARY_IMPL(rvv_attn, CPU, m) { m.impl("store_cache_cpu", &rvv_attn::store_cache_cpu); }
+TORCH_LIBRARY_IMPL(rvv_attn, CPU, m) {
+  m.impl("store_cache_cpu", &rvv_attn::entry::store_cache_cpu<rvv_attn::kStoreCacheName>);
+}

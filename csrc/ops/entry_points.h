@@ -1,0 +1,87 @@
+// The operators' C++ entry points, one template per operator over the name
+// its errors carry: torch.ops.rvv_attn registers them as "rvv_attn.<op>",
+// rvv_attn.sglang as "sgl_kernel.<op>" (csrc/ops/sglang_names.cpp). The
+// signatures are the schemas' argument lists.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <optional>
+
+#include "ops/attention.h"
+#include "ops/attention_options.h"
+#include "ops/int8_kv.h"
+
+namespace rvv_attn::entry {
+
+using OptTensor = std::optional<at::Tensor>;
+
+template <const char* Op>
+void decode_attention_cpu(const at::Tensor& query, at::Tensor& k_buffer, at::Tensor& v_buffer, at::Tensor& output,
+                          const OptTensor& key, const OptTensor& value, const at::Tensor& loc, at::Tensor& attn_logits,
+                          const at::Tensor& req_to_token, const at::Tensor& req_pool_indices,
+                          const at::Tensor& seq_lens, double sm_scale, double logit_cap, bool is_cross_attn,
+                          int64_t sliding_window_size, const OptTensor& encoder_lens, const OptTensor& sinks) {
+  ops::decode_attention(Op, nullptr, query, k_buffer, v_buffer, output, key, value, loc, attn_logits, req_to_token,
+                        req_pool_indices, seq_lens, sm_scale, logit_cap,
+                        {is_cross_attn, sliding_window_size, encoder_lens, sinks});
+}
+
+template <const char* Op>
+void extend_attention_cpu(const at::Tensor& q_extend, const OptTensor& k_extend, const OptTensor& v_extend,
+                          at::Tensor& o_extend, const at::Tensor& k_buffer, const at::Tensor& v_buffer,
+                          const at::Tensor& req_to_token, const at::Tensor& req_pool_indices,
+                          const at::Tensor& seq_lens, const at::Tensor& extend_seq_lens,
+                          const at::Tensor& extend_start_loc, int64_t max_len_extend, double sm_scale,
+                          double logit_cap, bool is_cross_attn, int64_t sliding_window_size,
+                          const OptTensor& encoder_lens, const OptTensor& sinks) {
+  ops::extend_attention(Op, nullptr, q_extend, k_extend, v_extend, o_extend, k_buffer, v_buffer, req_to_token,
+                        req_pool_indices, seq_lens, extend_seq_lens, extend_start_loc, max_len_extend, sm_scale,
+                        logit_cap, {is_cross_attn, sliding_window_size, encoder_lens, sinks});
+}
+
+template <const char* Op>
+void decode_attention_int8_cpu(const at::Tensor& query, at::Tensor& k_buffer, at::Tensor& v_buffer,
+                               at::Tensor& output, const OptTensor& key, const OptTensor& value, const at::Tensor& loc,
+                               at::Tensor& attn_logits, const at::Tensor& req_to_token,
+                               const at::Tensor& req_pool_indices, const at::Tensor& seq_lens, double sm_scale,
+                               double logit_cap, at::Tensor& k_scale_buf, at::Tensor& v_scale_buf, double k_scale,
+                               double v_scale, bool is_cross_attn, int64_t sliding_window_size,
+                               const OptTensor& encoder_lens, const OptTensor& sinks) {
+  const ops::Int8KvArgs int8{k_scale_buf, v_scale_buf, k_scale, v_scale};
+  ops::decode_attention(Op, &int8, query, k_buffer, v_buffer, output, key, value, loc, attn_logits, req_to_token,
+                        req_pool_indices, seq_lens, sm_scale, logit_cap,
+                        {is_cross_attn, sliding_window_size, encoder_lens, sinks});
+}
+
+// Unlike the float operator, this one writes the new tokens into the cache.
+template <const char* Op>
+void extend_attention_int8_cpu(const at::Tensor& q_extend, const OptTensor& k_extend, const OptTensor& v_extend,
+                               at::Tensor& o_extend, at::Tensor& k_buffer, at::Tensor& v_buffer,
+                               const at::Tensor& req_to_token, const at::Tensor& req_pool_indices,
+                               const at::Tensor& seq_lens, const at::Tensor& extend_seq_lens,
+                               const at::Tensor& extend_start_loc, int64_t max_len_extend, double sm_scale,
+                               double logit_cap, at::Tensor& k_scale_buf, at::Tensor& v_scale_buf, double k_scale,
+                               double v_scale, bool is_cross_attn, int64_t sliding_window_size,
+                               const OptTensor& encoder_lens, const OptTensor& sinks) {
+  const ops::Int8KvArgs int8{k_scale_buf, v_scale_buf, k_scale, v_scale};
+  ops::extend_attention(Op, &int8, q_extend, k_extend, v_extend, o_extend, k_buffer, v_buffer, req_to_token,
+                        req_pool_indices, seq_lens, extend_seq_lens, extend_start_loc, max_len_extend, sm_scale,
+                        logit_cap, {is_cross_attn, sliding_window_size, encoder_lens, sinks});
+}
+
+template <const char* Op>
+at::Tensor flash_attn_varlen_func(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                  const at::Tensor& cu_seqlens_q, const at::Tensor& cu_seqlens_k, int64_t max_seqlen_q,
+                                  int64_t max_seqlen_k, bool causal) {
+  return ops::flash_attn_varlen(Op, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal);
+}
+
+template <const char* Op>
+void store_cache_cpu(const at::Tensor& k, const at::Tensor& v, at::Tensor& k_cache, at::Tensor& v_cache,
+                     const at::Tensor& indices, std::optional<int64_t> row_dim) {
+  ops::store_cache(Op, k, v, k_cache, v_cache, indices, row_dim);
+}
+
+}  // namespace rvv_attn::entry
