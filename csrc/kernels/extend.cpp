@@ -440,7 +440,9 @@ struct Item {
 // it get probability 0; a row that sees none of the block skips it).
 // Tr: the traits of the source's elements (the cache's for an int8 cache).
 // kQ8: the source is an int8 cache (PrefixRows), so dynamic scales apply.
-template <typename Tr, bool kQ8, typename Src>
+// kWindowed: a sliding window is set. A compile-time flag so that the
+// per-row window bookkeeping costs nothing in the common, unwindowed call.
+template <typename Tr, bool kQ8, bool kWindowed, typename Src>
 void attend_block(const Item& it, const Src& src, int64_t k0, int64_t nb, int64_t diag, int64_t low) {
   const rvv_attn::ExtendParams& p = *it.p;
   const Scratch& w = it.w;
@@ -489,7 +491,6 @@ void attend_block(const Item& it, const Src& src, int64_t k0, int64_t nb, int64_
   for (int64_t j = 0; j < nb; ++j) load_row<Tr>(w.v + j * Dv, src.v_row(k0 + j), Dv);
   float alpha[BM];
   int64_t seen[BM];  // keys of the block each row sees
-  const bool windowed = p.window > 0;
   for (int64_t r = 0; r < it.rows; ++r) {
     int64_t n = nb;
     if (diag >= 0) {
@@ -499,21 +500,28 @@ void attend_block(const Item& it, const Src& src, int64_t k0, int64_t nb, int64_
     // With a window, the row's first visible key (relative to k0): the
     // keys before it get probability 0 and stay out of the softmax step.
     int64_t first = 0;
-    if (windowed && low + r > k0) {
-      first = low + r - k0;
-      if (first >= n) {
-        n = 0;
-      } else {
-        fill_zero(w.s + r * BN, first);
+    if constexpr (kWindowed) {
+      if (low + r > k0) {
+        first = low + r - k0;
+        if (first >= n) {
+          n = 0;
+        } else {
+          fill_zero(w.s + r * BN, first);
+        }
       }
     }
     seen[r] = n;
     // A row that sees nothing of the block (all of it in the row's future,
     // or before its window) keeps its state: alpha 1 and no keys.
-    alpha[r] = n == 0 ? 1.0f
-                      : online_softmax_step(w.s + r * BN + first, n - first, p.logit_cap, &w.m[r], &w.l[r],
-                                            k_sc != nullptr ? k_sc + first : nullptr,
-                                            v_sc != nullptr ? v_sc + first : nullptr);
+    if (n == 0) {
+      alpha[r] = 1.0f;
+    } else if constexpr (kWindowed) {
+      alpha[r] = online_softmax_step(w.s + r * BN + first, n - first, p.logit_cap, &w.m[r], &w.l[r],
+                                     k_sc != nullptr ? k_sc + first : nullptr,
+                                     v_sc != nullptr ? v_sc + first : nullptr);
+    } else {
+      alpha[r] = online_softmax_step(w.s + r * BN, n, p.logit_cap, &w.m[r], &w.l[r], k_sc, v_sc);
+    }
   }
   rescale_accumulate_tile(w.acc, alpha, w.s, seen, it.rows, w.v, Dv);
 }
@@ -524,16 +532,24 @@ void attend_block(const Item& it, const Src& src, int64_t k0, int64_t nb, int64_
 // item sees an older one, so those blocks are not visited at all).
 // Without ``causal`` (dense attention), every row sees all ``new_keys``;
 // causally, the keys past the last row's own index are never visited.
-template <typename Tr, bool kQ8, typename Src>
+template <typename Tr, bool kQ8, bool kWindowed, typename Src>
 void attend_new_tokens(const Item& it, const Src& src, int64_t m0, int64_t new_keys) {
   const bool causal = it.p->causal;
   const int64_t keys = causal && m0 + it.rows < new_keys ? m0 + it.rows : new_keys;
   const int64_t low = m0 - it.p->window + 1;
-  for (int64_t k0 = it.p->window > 0 && low > 0 ? low : 0; k0 < keys; k0 += BN) {
+  for (int64_t k0 = kWindowed && low > 0 ? low : 0; k0 < keys; k0 += BN) {
     const int64_t nb = keys - k0 < BN ? keys - k0 : BN;
     // Only a block holding a key past the first row's own index needs the
     // causal limit; the blocks before it are seen in full by every row.
-    attend_block<Tr, kQ8>(it, src, k0, nb, causal && k0 + nb - 1 > m0 ? m0 : -1, low);
+    attend_block<Tr, kQ8, kWindowed>(it, src, k0, nb, causal && k0 + nb - 1 > m0 ? m0 : -1, low);
+  }
+}
+
+// Stage 1: prefix keys from ``low`` on (all of them without a window).
+template <typename Tr, bool kQ8, bool kWindowed, typename Src>
+void attend_prefix(const Item& it, const Src& src, int64_t prefix, int64_t low) {
+  for (int64_t k0 = kWindowed && low > 0 ? low : 0; k0 < prefix; k0 += BN) {
+    attend_block<Tr, kQ8, kWindowed>(it, src, k0, prefix - k0 < BN ? prefix - k0 : BN, -1, low);
   }
 }
 
@@ -586,31 +602,50 @@ void run_item(const rvv_attn::ExtendParams& p, const Scratch& w, int64_t b, int6
   // With a window W, row r (position prefix + m0 + r) sees prefix keys from
   // prefix + m0 + r - W + 1 on; the blocks before the first row's limit are
   // skipped.
+  const bool windowed = p.window > 0;
   const int64_t low = prefix + m0 - p.window + 1;
-  for (int64_t k0 = p.window > 0 && low > 0 ? low : 0; k0 < prefix; k0 += BN) {
-    attend_block<KvTr, Q8>(it, pre, k0, prefix - k0 < BN ? prefix - k0 : BN, -1, low);
+  if (windowed) {
+    attend_prefix<KvTr, Q8, true>(it, pre, prefix, low);
+  } else {
+    attend_prefix<KvTr, Q8, false>(it, pre, prefix, low);
   }
 
   // Stage 2: new tokens 0 .. m0 + rows - 1 (the last row's own index):
   // from k_extend/v_extend, or, when they were int8, from their cache slots.
   // Cross attention has no stage 2: its keys are the encoder's alone.
-  if (p.cross) {
-  } else if (all_int8) {
+  if (!p.cross && all_int8) {
     PrefixRows<KvE> cached = pre;
     cached.map = static_cast<const char*>(pre.map) + prefix * (p.req_to_token_is_int64 ? 8 : 4);
-    attend_new_tokens<KvTr, Q8>(it, cached, m0, p.new_key_lens[b]);
-  } else {
+    if (windowed) {
+      attend_new_tokens<KvTr, Q8, true>(it, cached, m0, p.new_key_lens[b]);
+    } else {
+      attend_new_tokens<KvTr, Q8, false>(it, cached, m0, p.new_key_lens[b]);
+    }
+  } else if (!p.cross) {
     const int64_t key0 = p.new_key_start[b];
     const ExtendRows<E> nw{static_cast<const E*>(p.k) + key0 * p.k_stride_t + hkv * p.k_stride_h,
                            p.k_stride_t * elem,
                            static_cast<const E*>(p.v) + key0 * p.v_stride_t + hkv * p.v_stride_h, p.v_stride_t};
-    attend_new_tokens<Tr, false>(it, nw, m0, p.new_key_lens[b]);
+    if (windowed) {
+      attend_new_tokens<Tr, false, true>(it, nw, m0, p.new_key_lens[b]);
+    } else {
+      attend_new_tokens<Tr, false, false>(it, nw, m0, p.new_key_lens[b]);
+    }
   }
 
   // A row that saw a key has l >= 1 (its max contributes exp(0)); one that
   // saw none (cross attention over no encoder token) has l = 0 and a zero
   // accumulator, and gets zeros. A sink adds exp(sink - m) to l.
+  // Without cross attention or a window, every row sees all prefix keys and
+  // at least new key 0, so with any key at all and no sinks the plain loop
+  // needs neither test (they cost ~10 instructions per row).
   E* o = static_cast<E*>(p.o) + row0 * p.o_stride_t + h * p.o_stride_h;
+  if (!p.cross && !windowed && p.sinks == nullptr && prefix + p.new_key_lens[b] > 0) {
+    for (int64_t r = 0; r < rows; ++r) {
+      store_row_scaled<Tr>(o + r * p.o_stride_t, w.acc + r * Dv, Dv, out_scale / w.l[r]);
+    }
+    return;
+  }
   for (int64_t r = 0; r < rows; ++r) {
     const bool any = w.l[r] > 0.0f;
     const float l = p.sinks != nullptr && any ? w.l[r] + vec::exp_scalar(p.sinks[h] - w.m[r]) : w.l[r];
