@@ -21,7 +21,7 @@ import nox
 sys.path.insert(0, str(Path(__file__).parent / "ci"))
 
 from cross import (bench, build, ci_matrix, demo, host, install_test, matrix, plugin_qemu, qemu, release,  # noqa: E402
-                   repro, sysroot, testrun, vlens)
+                   repro, shards, sysroot, testrun, vlens)
 from cross import warm as warm_targets  # noqa: E402
 from cross.errors import CrossError  # noqa: E402
 from cross.paths import BUILD_DIR  # noqa: E402
@@ -162,11 +162,15 @@ def test_toolchain(session: nox.Session) -> None:
 
 
 def _test_vlen(session: nox.Session, variant: vlens.Variant, agnostic: bool) -> None:
+    try:
+        jobs, pytest_args = shards.take_jobs(session.posargs, matrix.default_jobs())
+    except CrossError as err:
+        session.error(str(err))
     qemu_bin, root = _toolchain(session)
     stage = _stage_for(session, root, [variant])
     label = f"test-{variant.name}" + ("-agnostic" if agnostic else "")
-    code, outcome = testrun.run_emulated_pytest(qemu_bin, root, stage, variant, session.posargs or ["tests"],
-                                                agnostic_ones=agnostic, label=label)
+    code, outcome = testrun.run_emulated_pytest(qemu_bin, root, stage, variant, pytest_args or ["tests"],
+                                                agnostic_ones=agnostic, label=label, jobs=jobs)
     testrun.print_summary(label, code, outcome)
     if code != 0:
         session.error(f"{label}: pytest exited with {code}; JUnit XML and summary in {testrun.results_dir(label)}")
@@ -202,7 +206,8 @@ def _register_vlen_sessions(variant: vlens.Variant) -> None:
         _test_vlen(session, variant, agnostic=False)
 
     portable = ", for its RVV build and the portable one" if variant.vlen == vlens.portable_lane() else ""
-    test.__doc__ = f"Cross-build, then run the whole suite under qemu-riscv64 at {where}{portable}."
+    test.__doc__ = (f"Cross-build, then run the whole suite under qemu-riscv64 at {where}{portable}, its files split "
+                    "over one QEMU process per core (--jobs=N first to change that).")
 
     @nox.session(name=f"test-{variant.name}-agnostic", tags=["agnostic"], default=False)
     @_timed

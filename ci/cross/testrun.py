@@ -13,6 +13,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import shards
 from .build import recorded_variants
 from .paths import BUILD_DIR, PROJECT_ROOT
 from .proc import log, quote
@@ -106,20 +107,47 @@ def emulated_pytest(qemu: Path, sysroot: Path, stage: Path, variant: Variant, py
 
 
 def run_emulated_pytest(qemu: Path, sysroot: Path, stage: Path, variant: Variant, pytest_args: Sequence[str],
-                        agnostic_ones: bool = False, label: str | None = None) -> tuple[int, Outcome | None]:
-    """Run the suite at ``variant``'s VLEN, output to the terminal; record the outcome."""
+                        agnostic_ones: bool = False, label: str | None = None,
+                        jobs: int = 1) -> tuple[int, Outcome | None]:
+    """Run the suite at ``variant``'s VLEN; record the outcome.
+
+    With ``jobs`` > 1 and a selection of several test files, the files are split over ``jobs`` QEMU processes
+    (``shards``), each with its own log; their pytest summaries are printed when they end. Otherwise one
+    process writes to the terminal.
+    """
     label = label or f"test-{variant.name}"
-    junit = results_dir(label) / "junit.xml"
+    folder = results_dir(label)
+    junit = folder / "junit.xml"
+    previous = seconds_per_file(junit)
     junit.unlink(missing_ok=True)
     cmd, env = emulated_pytest(qemu, sysroot, stage, variant, pytest_args, junit, agnostic_ones)
+    selection = shards.split_selection(pytest_args) if jobs > 1 else None
     routed = route(cmd, env, report=log)
     if routed == cmd:
         log(f"running the suite under QEMU ({variant.qemu_cpu(agnostic_ones)}); importing torch alone takes ~20 s "
             f"(a warm target skips that: nox -s warm -- --vlens={variant.vlen})")
-    cmd = routed
-    log(quote(cmd))
     start = time.monotonic()
-    returncode = subprocess.run(cmd, env=env, cwd=PROJECT_ROOT, stdin=subprocess.DEVNULL).returncode
+    if selection is not None and len(selection.files) > 1 and routed == cmd:
+        groups = shards.deal(selection.files, previous, jobs)
+        log(f"{len(selection.files)} test files in {len(groups)} QEMU processes at once (split by their last "
+            f"times); logs in {folder}/pytest-shard*.log")
+
+        def shard_command(files: list[str], shard_junit: Path) -> tuple[list[str], dict[str, str]]:
+            return emulated_pytest(qemu, sysroot, stage, variant, [*selection.options, *files], shard_junit,
+                                   agnostic_ones)
+
+        for stale in folder.glob("junit-shard*.xml"):
+            stale.unlink()
+        ran = shards.run_shards(groups, shard_command, folder, log)
+        shards.merge_junit([r.junit for r in ran], junit)
+        for r in ran:
+            print(f"--- shard {r.index + 1}/{len(ran)} ({', '.join(Path(f).stem for f in r.files)}):", flush=True)
+            print("\n".join(shards.summary_lines(r.log, failures=r.returncode != 0)), flush=True)
+        # pytest's codes: 0 all passed, 1 some failed, 2+ interrupted or an internal error: the worst one.
+        returncode = max(r.returncode for r in ran)
+    else:
+        log(quote(routed))
+        returncode = subprocess.run(routed, env=env, cwd=PROJECT_ROOT, stdin=subprocess.DEVNULL).returncode
     outcome = parse_junit(junit) if junit.exists() else None
     write_summary(label, returncode, outcome, vlen=variant.vlen, qemu_cpu=variant.qemu_cpu(agnostic_ones),
                   wall_seconds=round(time.monotonic() - start, 1))
@@ -162,18 +190,23 @@ def case_file(classname: str) -> str:
     return "/".join(parts) + ".py" if classname else "?"
 
 
-def slowest_files(junit: Path, count: int = 3) -> list[tuple[str, float]]:
-    """The ``count`` test files that took longest (sum of their test cases' times), slowest first."""
+def seconds_per_file(junit: Path) -> dict[str, float]:
+    """Seconds per test file in a JUnit report (the sum of its cases); empty when there is no readable report."""
     if not junit.exists():
-        return []
+        return {}
     try:
         root = ET.parse(junit).getroot()
     except ET.ParseError:
-        return []
+        return {}
     per_file: dict[str, float] = defaultdict(float)
     for case in root.iter("testcase"):
         per_file[case_file(case.get("classname", ""))] += float(case.get("time", 0.0))
-    return sorted(per_file.items(), key=lambda kv: (-kv[1], kv[0]))[:count]
+    return dict(per_file)
+
+
+def slowest_files(junit: Path, count: int = 3) -> list[tuple[str, float]]:
+    """The ``count`` test files that took longest (sum of their test cases' times), slowest first."""
+    return sorted(seconds_per_file(junit).items(), key=lambda kv: (-kv[1], kv[0]))[:count]
 
 
 SESSIONS_DIR = "_sessions"
