@@ -20,7 +20,7 @@ import nox
 
 sys.path.insert(0, str(Path(__file__).parent / "ci"))
 
-from cross import (bench, build, ci_matrix, demo, host, install_test, matrix, plugin_qemu, qemu, release,  # noqa: E402
+from cross import (bench, build, ci_matrix, cycles, demo, host, install_test, matrix, plugin_qemu, qemu, release,  # noqa: E402
                    repro, shards, sysroot, testrun, vlens)
 from cross import warm as warm_targets  # noqa: E402
 from cross.errors import CrossError  # noqa: E402
@@ -466,6 +466,7 @@ def _bench_runner(session: nox.Session) -> bench.Runner:
     stage = build.stage_wheel(_cross_build(session, root), BUILD_DIR / "stage-bench")
     session.install(*plugin_qemu.BUILD_REQUIREMENTS)
     try:
+        host.ensure_host_packages(cycles.LLVM_PACKAGES)  # llvm-mca and llvm-mc for the cycle model
         counting = plugin_qemu.ensure_plugin_qemu(Path(session.virtualenv.bin) / "python")
         plugin = plugin_qemu.build_plugin(counting, BUILD_DIR / "bench-plugin")
     except CrossError as err:

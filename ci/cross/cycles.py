@@ -1,0 +1,219 @@
+"""Cycle estimates for executed code from LLVM's scheduling models of real RVV cores (llvm-mca).
+
+The counting plugin reports, per executed translation block of the kernel
+library, its machine code, the vtype in force when it was entered and how
+often it ran. Each distinct (code, entry vtype) goes once through
+``llvm-mca -mcpu=<core>``, as a loop of itself: its cost is the steady-state
+cycles of one iteration (total cycles of ``ITERATIONS`` iterations divided by
+``ITERATIONS``). A run's estimate is the sum over blocks of count x cost.
+
+What that model leaves out, by construction: cache misses and memory
+bandwidth (every load hits), branch mispredictions, and stalls that cross a
+block boundary (each block is timed as if it followed itself). For the
+kernels' hot loops (one block each, run thousands of times) the steady state
+is what matters; for short blocks run a few times it is rough.
+
+Costs are cached on disk by (LLVM version, core, attributes, vtype, code), so
+a benchmark run after a small kernel change only asks llvm-mca about the
+blocks that changed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import CommandFailed, MissingPrerequisite
+
+LLVM_PACKAGE = "llvm-22"  # Debian's package (Debian 12 has it from its security archive)
+LLVM_MCA = "llvm-mca-22"
+LLVM_MC = "llvm-mc-22"
+# For host.ensure_host_packages: the package and a file that shows it is installed.
+LLVM_PACKAGES: dict[str, str] = {LLVM_PACKAGE: f"/usr/bin/{LLVM_MCA}"}
+ITERATIONS = 100
+# Tiny blocks timed as their own loop would have their loop-carried latencies
+# amortised over too few instructions to matter; 100 iterations keep the
+# pipeline ramp-up under 1% of a block of a few instructions.
+
+# LMUL as the plugin encodes it (LMUL x 8) -> the name llvm-mca's RISC-V instruments use.
+LMUL_NAMES = {1: "MF8", 2: "MF4", 4: "MF2", 8: "M1", 16: "M2", 32: "M4", 64: "M8"}
+SEWS = (8, 16, 32, 64)
+
+
+@dataclass(frozen=True)
+class VType:
+    """SEW in bits and LMUL x 8 (1 = mf8 ... 64 = m8), as in force when a block starts."""
+
+    sew: int
+    lmul8: int
+
+    def __post_init__(self) -> None:
+        if self.sew not in SEWS or self.lmul8 not in LMUL_NAMES:
+            raise ValueError(f"vtype SEW {self.sew}, LMUL x 8 = {self.lmul8}: not a valid RVV vtype")
+
+    def instruments(self) -> list[str]:
+        """The comments that tell llvm-mca the vtype of vector instructions before any vset in the block."""
+        return [f"# LLVM-MCA-RISCV-LMUL {LMUL_NAMES[self.lmul8]}", f"# LLVM-MCA-RISCV-SEW E{self.sew}"]
+
+    @property
+    def label(self) -> str:
+        return f"e{self.sew}{LMUL_NAMES[self.lmul8].lower()}"
+
+
+@dataclass(frozen=True)
+class Block:
+    """Executed machine code (one translation block) and the vtype at its entry (None: no vset seen yet)."""
+
+    code: bytes
+    vtype: VType | None = None
+
+
+@dataclass(frozen=True)
+class Core:
+    """One scheduling model: llvm-mca's core name and the attributes of the code it is asked about."""
+
+    cpu: str
+    mattr: str
+
+    def key(self) -> str:
+        return f"{self.cpu} {self.mattr}"
+
+
+def mattr_for(march: str) -> str:
+    """``rv64gcv_zvl256b`` -> ``+m,+a,+f,+d,+c,+v,+zvl256b`` (llvm-mca's -mattr for code built with that -march)."""
+    if not march.startswith("rv64"):
+        raise ValueError(f"-march={march}: expected an rv64 string")
+    base, *extensions = march[4:].split("_")
+    singles = {"g": ["m", "a", "f", "d", "zicsr", "zifencei"]}
+    attrs: list[str] = []
+    for letter in base:
+        for name in singles.get(letter, [letter]):
+            if letter != "i" and name not in attrs:
+                attrs.append(name)
+    attrs += [e for e in extensions if e]
+    return ",".join(f"+{a}" for a in attrs)
+
+
+def instruction_lengths(code: bytes) -> list[int]:
+    """The sizes of the instructions in ``code``: 2 bytes for a compressed one, 4 otherwise (low bits 0b11)."""
+    sizes = []
+    at = 0
+    while at < len(code):
+        if code[at] & 0b11 != 0b11:
+            size = 2
+        elif code[at] & 0b11100 != 0b11100:
+            size = 4
+        else:
+            raise ValueError(f"instruction at byte {at} is longer than 32 bits; RV64GCV has none")
+        if at + size > len(code):
+            raise ValueError(f"code ends inside an instruction at byte {at} ({len(code)} bytes)")
+        sizes.append(size)
+        at += size
+    return sizes
+
+
+def disassemble(code: bytes, mattr: str) -> list[str]:
+    """``code`` as assembly text, one instruction per line (llvm-mc's disassembler)."""
+    sizes = instruction_lengths(code)
+    text = " ".join(f"0x{b:02x}" for b in code)
+    proc = subprocess.run([LLVM_MC, "--disassemble", "-triple=riscv64", f"-mattr={mattr}"], input=text,
+                          capture_output=True, text=True)
+    lines = [line.strip() for line in proc.stdout.splitlines() if line.strip() and not line.lstrip().startswith(".")]
+    if proc.returncode != 0 or len(lines) != len(sizes):
+        raise CommandFailed([LLVM_MC, "--disassemble", f"-mattr={mattr}"], proc.returncode,
+                            f"{len(sizes)} instructions in {code.hex()}, {len(lines)} decoded\n{proc.stderr}",
+                            "check that the block's code came from the kernel library's text")
+    return [" ".join(line.split()) for line in lines]
+
+
+def region_source(regions: Sequence[tuple[str, VType | None, Sequence[str]]]) -> str:
+    """One llvm-mca input with a named region per block, each preceded by its entry vtype's instruments."""
+    out: list[str] = []
+    for name, vtype, asm in regions:
+        out.append(f"# LLVM-MCA-BEGIN {name}")
+        if vtype is not None:
+            out += vtype.instruments()
+        out += asm
+        out.append(f"# LLVM-MCA-END {name}")
+    return "\n".join(out) + "\n"
+
+
+@dataclass(frozen=True)
+class RegionCost:
+    name: str
+    cycles_per_iteration: float
+    instructions: int
+    block_rthroughput: float
+
+
+def run_mca(source: str, core: Core, iterations: int = ITERATIONS) -> list[RegionCost]:
+    """Every region of ``source`` through llvm-mca for ``core``: its steady-state cycles per iteration."""
+    cmd = [LLVM_MCA, "-mtriple=riscv64", f"-mcpu={core.cpu}", f"-mattr={core.mattr}", f"-iterations={iterations}",
+           "--json", "--resource-pressure=false", "--instruction-info=false"]
+    proc = subprocess.run(cmd, input=source, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise CommandFailed(cmd, proc.returncode, proc.stderr)
+    regions = json.loads(proc.stdout)["CodeRegions"]
+    costs = []
+    for region in regions:
+        summary = region["SummaryView"]
+        costs.append(RegionCost(region.get("Name", ""), summary["TotalCycles"] / summary["Iterations"],
+                                summary["Instructions"] // summary["Iterations"], float(summary["BlockRThroughput"])))
+    return costs
+
+
+def llvm_version() -> str:
+    try:
+        proc = subprocess.run([LLVM_MCA, "--version"], capture_output=True, text=True)
+    except FileNotFoundError:
+        proc = None
+    if proc is None or proc.returncode != 0:
+        raise MissingPrerequisite(f"{LLVM_MCA} is not installed", f"apt-get install {LLVM_PACKAGE}, or run nox -s setup")
+    return next((line.strip() for line in proc.stdout.splitlines() if "version" in line), proc.stdout.strip())
+
+
+class CostCache:
+    """Each block's cycles per iteration on a core, computed once and kept on disk."""
+
+    def __init__(self, folder: Path, version: str | None = None) -> None:
+        self.folder = folder
+        self.version = version if version is not None else llvm_version()
+        folder.mkdir(parents=True, exist_ok=True)
+
+    def _key(self, block: Block, core: Core) -> str:
+        what = f"{self.version}\n{core.key()}\n{block.vtype.label if block.vtype else '-'}\n{block.code.hex()}"
+        return hashlib.sha256(what.encode()).hexdigest()
+
+    def costs(self, blocks: Iterable[Block], core: Core) -> dict[Block, float]:
+        """Cycles per iteration of every block on ``core``; the ones not cached go through llvm-mca at once."""
+        wanted = list(dict.fromkeys(blocks))
+        found: dict[Block, float] = {}
+        missing: list[Block] = []
+        for block in wanted:
+            path = self.folder / f"{self._key(block, core)}.json"
+            try:
+                found[block] = float(json.loads(path.read_text())["cycles_per_iteration"])
+            except (OSError, ValueError, KeyError):
+                missing.append(block)
+        if missing:
+            regions = [(f"b{i}", b.vtype, disassemble(b.code, core.mattr)) for i, b in enumerate(missing)]
+            results = run_mca(region_source(regions), core)
+            if len(results) != len(missing):
+                raise CommandFailed([LLVM_MCA, f"-mcpu={core.cpu}"], 0,
+                                    f"{len(results)} regions reported for {len(missing)} blocks")
+            for block, result in zip(missing, results):
+                found[block] = result.cycles_per_iteration
+                path = self.folder / f"{self._key(block, core)}.json"
+                path.write_text(json.dumps({"cycles_per_iteration": result.cycles_per_iteration,
+                                            "core": core.key(), "llvm": self.version}) + "\n")
+        return found
+
+
+def estimate(executions: Mapping[Block, int], core: Core, cache: CostCache) -> float:
+    """Cycles of a run: the sum over its blocks of (times executed) x (cycles per iteration on ``core``)."""
+    costs = cache.costs(executions, core)
+    return sum(count * costs[block] for block, count in executions.items())
