@@ -22,6 +22,16 @@
  * EMUL = EEW / SEW * LMUL, an indexed one nf * max(1, LMUL) (its data group), a
  * whole-register one its register count, a mask load/store 1. vtype is tracked
  * through vsetvli/vsetivli (immediate) and vsetvl (rs2, read at execution).
+ *
+ * Block profile (`blocks=<path>`): for the cycle model, every translation
+ * block of the library that ran inside a region is also reported at
+ * MARK_END, as one JSON line per region: its offset in the library, its
+ * machine code, and how often it was entered other than by falling through
+ * from the block before it, by the vtype in force at that entry (llvm-mca
+ * needs the vtype of code that does not set its own). QEMU ends a block at
+ * every vset*, so one basic block of the kernel is often several translation
+ * blocks; the host joins a block with the ones it falls through to, up to
+ * the next branch, and times the whole basic block.
  */
 #include <glib.h>
 #include <inttypes.h>
@@ -50,16 +60,24 @@ typedef struct {
 typedef struct {
     uint64_t active; /* 1 inside a region: the condition of every counting callback */
     uint64_t unknown_vtype; /* vector instructions executed before any vset* was seen */
+    const void *last_lib_block; /* the library block that ran last, if the one before this was one */
     uint32_t lmul8; /* LMUL * 8 (1 = mf8 ... 64 = m8); 0 while unknown */
     uint32_t sew; /* bits */
     Counts all;
     Counts lib;
 } Vcpu;
 
+/* The vtypes a block can be entered with: SEW 8..64 x LMUL mf8..m8, and one slot for "not known yet". */
+enum { N_LMULS = 7, N_SEWS = 4, VTYPE_UNKNOWN = N_SEWS * N_LMULS, N_VTYPE_SLOTS };
+
 /* What a translation block contributes each time it runs. */
 typedef struct {
     uint64_t vaddr;
     uint32_t n[N_CLASSES];
+    uint32_t size; /* bytes of code (block profile only) */
+    uint8_t *code; /* its machine code (block profile only) */
+    int falls_through; /* its last instruction is not a jump, branch or ecall */
+    uint64_t *runs; /* entries per entry vtype slot; allocated when it first runs in the library in a region */
 } Block;
 
 /* One vector instruction, decoded once at translation. */
@@ -84,6 +102,8 @@ static uint64_t lib_lo, lib_hi;
 static uint64_t region_label;
 static int region_open;
 static FILE *out;
+static FILE *blocks_out; /* the block profile's file, when asked for */
+static GPtrArray *profiled; /* the blocks that have run counters, reported and reset at each MARK_END */
 static struct qemu_plugin_register *xreg[32];
 static const char *const xreg_names[32] = {
     "zero", "ra", "sp", "gp", "tp", "t0", "t1", "t2", "fp", "s1", "a0", "a1", "a2", "a3", "a4", "a5",
@@ -152,6 +172,21 @@ static enum insn_class classify(uint32_t word, size_t size, VecInsn *vec)
     return SCALAR;
 }
 
+/* Whether an instruction may go anywhere but the next one: a jump, a branch, or a system call. */
+static int transfers_control(uint32_t word, size_t size)
+{
+    if (size == 2) {
+        uint32_t quadrant = word & 3, funct3 = (word >> 13) & 7;
+        if (quadrant == 1) {
+            return funct3 == 5 || funct3 == 6 || funct3 == 7; /* c.j, c.beqz, c.bnez */
+        }
+        /* c.jr, c.jalr, c.ebreak: funct3 100 with rs2 = 0 and rs1 != 0 (or rs1 = 0, bit 12 set: c.ebreak) */
+        return quadrant == 2 && funct3 == 4 && ((word >> 2) & 0x1f) == 0 && (((word >> 7) & 0x1f) || (word >> 12 & 1));
+    }
+    uint32_t opcode = word & 0x7f;
+    return opcode == 0x63 || opcode == 0x6f || opcode == 0x67 || opcode == 0x73;
+}
+
 static void set_vtype(Vcpu *v, uint64_t vtype)
 {
     static const uint32_t lmul8_of[8] = {8, 16, 32, 64, 0, 1, 2, 4};
@@ -187,13 +222,47 @@ static void add_block(Counts *c, const Block *b)
     }
 }
 
+static int vtype_slot(const Vcpu *v)
+{
+    if (v->lmul8 == 0) {
+        return VTYPE_UNKNOWN;
+    }
+    int lmul = __builtin_ctz(v->lmul8); /* 1 (mf8) .. 64 (m8) -> 0 .. 6 */
+    int sew = __builtin_ctz(v->sew) - 3; /* 8 .. 64 bits -> 0 .. 3 */
+    return sew * N_LMULS + lmul;
+}
+
+static void profile_run(Block *b, Vcpu *v)
+{
+    if (!b->runs) {
+        g_mutex_lock(&lock);
+        if (!b->runs) {
+            b->runs = g_new0(uint64_t, N_VTYPE_SLOTS + 1); /* the last one: runs however entered */
+            g_ptr_array_add(profiled, b);
+        }
+        g_mutex_unlock(&lock);
+    }
+    const Block *before = v->last_lib_block;
+    int fell_through = before && before->falls_through && before->vaddr + before->size == b->vaddr;
+    if (!fell_through) {
+        __atomic_fetch_add(&b->runs[vtype_slot(v)], 1, __ATOMIC_RELAXED);
+    }
+    __atomic_fetch_add(&b->runs[N_VTYPE_SLOTS], 1, __ATOMIC_RELAXED);
+    v->last_lib_block = b;
+}
+
 static void on_block(unsigned int vcpu_index, void *udata)
 {
-    const Block *b = udata;
+    Block *b = udata;
     Vcpu *v = vcpu(vcpu_index);
     add_block(&v->all, b);
     if (in_lib(b->vaddr)) {
         add_block(&v->lib, b);
+        if (blocks_out) {
+            profile_run(b, v); /* before this block's own vset*: the vtype it was entered with */
+        }
+    } else {
+        v->last_lib_block = NULL;
     }
 }
 
@@ -242,6 +311,18 @@ static void on_translate(qemu_plugin_id_t id, struct qemu_plugin_tb *tb)
     size_t n = qemu_plugin_tb_n_insns(tb);
     Block *block = g_new0(Block, 1);
     block->vaddr = qemu_plugin_tb_vaddr(tb);
+    if (blocks_out) {
+        for (size_t i = 0; i < n; i++) {
+            block->size += qemu_plugin_insn_size(qemu_plugin_tb_get_insn(tb, i));
+        }
+        block->code = g_malloc(block->size);
+        for (size_t i = 0, at = 0; i < n; i++) {
+            struct qemu_plugin_insn *insn = qemu_plugin_tb_get_insn(tb, i);
+            at += qemu_plugin_insn_data(insn, block->code + at, block->size - at);
+        }
+        struct qemu_plugin_insn *last = qemu_plugin_tb_get_insn(tb, n - 1);
+        block->falls_through = !transfers_control(insn_word(last), qemu_plugin_insn_size(last));
+    }
     for (size_t i = 0; i < n; i++) {
         struct qemu_plugin_insn *insn = qemu_plugin_tb_get_insn(tb, i);
         uint32_t word = insn_word(insn);
@@ -291,6 +372,48 @@ static void sum_counts(Counts *into, const Counts *c)
     into->weighted_mem += c->weighted_mem;
 }
 
+/* The region's block profile as one JSON line; the counters start again from zero. */
+static void emit_profile(uint64_t label)
+{
+    static const uint32_t sews[N_SEWS] = {8, 16, 32, 64};
+    GString *s = g_string_new(NULL);
+    g_string_append_printf(s, "{\"label\": %" PRIu64 ", \"blocks\": [", label);
+    int first_block = 1;
+    for (guint i = 0; i < profiled->len; i++) {
+        Block *b = g_ptr_array_index(profiled, i);
+        if (!b->runs[N_VTYPE_SLOTS]) {
+            continue; /* ran in an earlier region only */
+        }
+        g_string_append_printf(s, "%s{\"offset\": %" PRIu64 ", \"code\": \"", first_block ? "" : ", ",
+                               b->vaddr - lib_lo);
+        first_block = 0;
+        for (uint32_t k = 0; k < b->size; k++) {
+            g_string_append_printf(s, "%02x", b->code[k]);
+        }
+        g_string_append(s, "\", \"entries\": [");
+        int first = 1;
+        for (int slot = 0; slot < N_VTYPE_SLOTS; slot++) {
+            if (!b->runs[slot]) {
+                continue;
+            }
+            if (slot == VTYPE_UNKNOWN) {
+                g_string_append_printf(s, "%s[null, ", first ? "" : ", ");
+            } else {
+                g_string_append_printf(s, "%s[[%u, %u], ", first ? "" : ", ", sews[slot / N_LMULS],
+                                       1u << (slot % N_LMULS));
+            }
+            g_string_append_printf(s, "%" PRIu64 "]", b->runs[slot]);
+            first = 0;
+        }
+        g_string_append_printf(s, "], \"runs\": %" PRIu64 "}", b->runs[N_VTYPE_SLOTS]);
+        memset(b->runs, 0, (N_VTYPE_SLOTS + 1) * sizeof *b->runs); /* the next region starts from zero */
+    }
+    g_string_append(s, "]}\n");
+    fputs(s->str, blocks_out);
+    fflush(blocks_out);
+    g_string_free(s, TRUE);
+}
+
 static void mark_error(const char *what, uint64_t value)
 {
     g_autofree char *line = g_strdup_printf("{\"error\": \"%s\", \"value\": %" PRIu64 "}\n", what, value);
@@ -312,6 +435,7 @@ static void open_region(uint64_t label)
         memset(&v->all, 0, sizeof v->all);
         memset(&v->lib, 0, sizeof v->lib);
         v->unknown_vtype = 0;
+        v->last_lib_block = NULL;
         v->active = 1;
     }
     region_label = label;
@@ -344,6 +468,9 @@ static void close_region(uint64_t label)
     g_string_append(s, "}\n");
     emit(s->str);
     g_string_free(s, TRUE);
+    if (blocks_out) {
+        emit_profile(label);
+    }
 }
 
 static void on_syscall(qemu_plugin_id_t id, unsigned int vcpu_index, int64_t num, uint64_t a1, uint64_t a2,
@@ -394,6 +521,10 @@ static void on_exit(qemu_plugin_id_t id, void *udata)
         fclose(out);
         out = NULL;
     }
+    if (blocks_out) {
+        fclose(blocks_out);
+        blocks_out = NULL;
+    }
 }
 
 QEMU_PLUGIN_EXPORT int qemu_plugin_install(qemu_plugin_id_t id, const qemu_info_t *info, int argc, char **argv)
@@ -406,11 +537,18 @@ QEMU_PLUGIN_EXPORT int qemu_plugin_install(qemu_plugin_id_t id, const qemu_info_
                 fprintf(stderr, "insn_count: cannot open %s for appending\n", argv[i] + strlen("outfile="));
                 return -1;
             }
+        } else if (g_str_has_prefix(argv[i], "blocks=")) {
+            blocks_out = fopen(argv[i] + strlen("blocks="), "a");
+            if (!blocks_out) {
+                fprintf(stderr, "insn_count: cannot open %s for appending\n", argv[i] + strlen("blocks="));
+                return -1;
+            }
         } else {
-            fprintf(stderr, "insn_count: unknown argument %s (the only one is outfile=<path>)\n", argv[i]);
+            fprintf(stderr, "insn_count: unknown argument %s (known: outfile=<path>, blocks=<path>)\n", argv[i]);
             return -1;
         }
     }
+    profiled = g_ptr_array_new();
     vcpus = qemu_plugin_scoreboard_new(sizeof(Vcpu));
     active_entry = qemu_plugin_scoreboard_u64_in_struct(vcpus, Vcpu, active);
     qemu_plugin_register_vcpu_init_cb(id, on_vcpu_init);

@@ -116,6 +116,45 @@ def instruction_lengths(code: bytes) -> list[int]:
     return sizes
 
 
+def transfers_control(code: bytes) -> bool:
+    """Whether the last instruction of ``code`` may go anywhere but the next one (jump, branch, ecall)."""
+    sizes = instruction_lengths(code)
+    last = int.from_bytes(code[len(code) - sizes[-1]:], "little")
+    if sizes[-1] == 2:
+        quadrant, funct3 = last & 3, (last >> 13) & 7
+        if quadrant == 1:
+            return funct3 in (5, 6, 7)  # c.j, c.beqz, c.bnez
+        # c.jr, c.jalr (rs1 != 0) and c.ebreak (rs1 = 0, bit 12 set): funct3 100 with rs2 = 0
+        return quadrant == 2 and funct3 == 4 and (last >> 2) & 0x1F == 0 and bool((last >> 7) & 0x1F or last >> 12 & 1)
+    return last & 0x7F in (0x63, 0x6F, 0x67, 0x73)
+
+
+def basic_blocks(profile: Sequence[Mapping]) -> dict[Block, int]:
+    """The executions of a region's basic blocks, from the plugin's translation blocks.
+
+    QEMU ends a translation block at every vset*; the plugin counts a block's entries only when it was not
+    reached by falling through from the block before it. Each entered block is joined here with the blocks it
+    falls through to, up to the first that ends in a jump or branch: that is the code one entry runs.
+    """
+    by_offset: dict[int, bytes] = {}
+    for tb in profile:
+        by_offset.setdefault(int(tb["offset"]), bytes.fromhex(tb["code"]))
+    runs: dict[Block, int] = {}
+    for tb in profile:
+        if not tb["entries"]:
+            continue
+        offset, code = int(tb["offset"]), by_offset[int(tb["offset"])]
+        chain = code
+        while not transfers_control(code) and offset + len(code) in by_offset:
+            offset += len(code)
+            code = by_offset[offset]
+            chain += code
+        for vtype, count in tb["entries"]:
+            block = Block(chain, VType(*vtype) if vtype else None)
+            runs[block] = runs.get(block, 0) + int(count)
+    return runs
+
+
 def disassemble(code: bytes, mattr: str) -> list[str]:
     """``code`` as assembly text, one instruction per line (llvm-mc's disassembler)."""
     sizes = instruction_lengths(code)
