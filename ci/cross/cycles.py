@@ -191,7 +191,10 @@ class RegionCost:
 
 def run_mca(source: str, core: Core, iterations: int = ITERATIONS) -> list[RegionCost]:
     """Every region of ``source`` through llvm-mca for ``core``: its steady-state cycles per iteration."""
+    # A call's cost is its jump: the callee's instructions are blocks of their own (mca's default charges a call
+    # 100 cycles of latency). A fence has no scheduling class in some models: it is timed as free, and is rare.
     cmd = [LLVM_MCA, "-mtriple=riscv64", f"-mcpu={core.cpu}", f"-mattr={core.mattr}", f"-iterations={iterations}",
+           "--call-latency=1", "--skip-unsupported-instructions=lack-sched",
            "--json", "--resource-pressure=false", "--instruction-info=false"]
     proc = subprocess.run(cmd, input=source, capture_output=True, text=True)
     if proc.returncode != 0:
