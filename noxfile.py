@@ -1,6 +1,6 @@
 """nox sessions for rvv-attn: set up the cross toolchain, build, test under QEMU.
 
-The logic lives in ci/cross (importable and unit tested); the sessions only
+The logic lives in ci/driver (importable and unit tested); the sessions only
 string its steps together. `nox -l` lists them; `nox -t test` runs the whole
 matrix (host, every VLEN and the agnostic-policy lanes, two emulated
 configurations at a time) and ends with each session's wall time and each
@@ -20,13 +20,13 @@ import nox
 
 sys.path.insert(0, str(Path(__file__).parent / "ci"))
 
-from cross import (bench, build, ci_matrix, demo, host, install_test, matrix, plugin_qemu, qemu, release,  # noqa: E402
+from driver import (bench, build, ci_matrix, demo, host, install_test, matrix, plugin_qemu, qemu, release,  # noqa: E402
                    repro, sysroot, testrun, vlens)
-from cross import warm as warm_targets  # noqa: E402
-from cross.errors import CrossError  # noqa: E402
-from cross.paths import BUILD_DIR  # noqa: E402
-from cross.proc import Stopwatch, log  # noqa: E402
-from cross.runner import guest_command, guest_env  # noqa: E402
+from driver import warm as warm_targets  # noqa: E402
+from driver.errors import DriverError  # noqa: E402
+from driver.paths import BUILD_DIR  # noqa: E402
+from driver.proc import Stopwatch, log  # noqa: E402
+from driver.runner import guest_command, guest_env  # noqa: E402
 
 nox.options.sessions = ["test-host"]
 nox.options.reuse_existing_virtualenvs = True
@@ -60,7 +60,7 @@ def _toolchain(session: nox.Session) -> tuple[Path, Path]:
         host.ensure_host_packages()
         qemu_bin = qemu.ensure_qemu()
         root = sysroot.ensure_sysroot(qemu_bin)
-    except CrossError as err:
+    except DriverError as err:
         session.error(str(err))
     return qemu_bin, root
 
@@ -71,7 +71,7 @@ def _cross_build(session: nox.Session, root: Path, out_dir: Path = BUILD_DIR / "
     _install_build_tools(session)
     try:
         host.ensure_host_packages(build.COMPILER_CACHE_PACKAGES)
-    except CrossError as err:
+    except DriverError as err:
         session.error(str(err))
     kind = dict(build_dir=BUILD_DIR / "riscv64-debug", build_type="RelWithDebInfo") if debug else {}
     if only:
@@ -113,7 +113,7 @@ def _host_build(session: nox.Session, build_dir: Path = BUILD_DIR / "host", defi
     """Install the host's torch and test tools, then build and install the portable kernels."""
     try:
         host.ensure_host_packages()
-    except CrossError as err:
+    except DriverError as err:
         session.error(str(err))
     session.install(HOST_TORCH, *TEST_REQUIREMENTS, *build.BUILD_REQUIREMENTS)
     with Stopwatch("building the portable kernels for the host (incremental)"):
@@ -243,7 +243,7 @@ def test_emulated(session: nox.Session) -> None:
     """
     try:
         opts = matrix.parse_posargs(session.posargs)
-    except CrossError as err:
+    except DriverError as err:
         session.error(str(err))
     qemu_bin, root = _toolchain(session)
     stage = _stage_for(session, root, sorted({c.variant for c in opts.configs}, key=lambda v: v.vlen))
@@ -267,7 +267,7 @@ def sanitize(session: nox.Session) -> None:
     """Run the suite on the host against an AddressSanitizer + UBSan build of the portable kernels."""
     try:
         host.ensure_host_packages(host.SANITIZER_PACKAGES)
-    except CrossError as err:
+    except DriverError as err:
         session.error(str(err))
     _host_build(session, BUILD_DIR / "host-sanitize", build.SANITIZER_DEFINES)
     package_dir = session.run("python", "-c", "import importlib.util as u; "
@@ -287,7 +287,7 @@ def repro_matrix(session: nox.Session) -> None:
     """
     try:
         opts, pytest_args = repro.parse_posargs(session.posargs)
-    except CrossError as err:
+    except DriverError as err:
         session.error(str(err))
     qemu_bin, root = _toolchain(session)
     if opts.gdb:
@@ -312,7 +312,7 @@ def repro_matrix(session: nox.Session) -> None:
 def _repro_gdb(session: nox.Session, opts: repro.Options, pytest_args: list[str], qemu_bin: Path, root: Path) -> None:
     try:
         host.ensure_host_packages(host.DEBUGGER_PACKAGES)
-    except CrossError as err:
+    except DriverError as err:
         session.error(str(err))
     variant = vlens.by_vlen(opts.vlens[0])
     agnostic = opts.policies == ["agnostic"]
@@ -348,7 +348,7 @@ def warm(session: nox.Session) -> None:
             return
         qemu_bin, root = _toolchain(session)
         warm_targets.start(opts.targets, qemu_bin, root, opts.idle_timeout, report=log)
-    except CrossError as err:
+    except DriverError as err:
         session.error(str(err))
 
 
@@ -379,7 +379,7 @@ def _release(session: nox.Session) -> Path:
     try:
         wheel_path = release.release_wheel(dist)
         release.check_release_wheel(wheel_path, release.sdist_version(sdist))
-    except CrossError as err:
+    except DriverError as err:
         session.error(str(err))
     session.run("twine", "check", "--strict", str(wheel_path), str(sdist))
     log(f"sdist: {sdist} ({sdist.stat().st_size / 1e3:.0f} kB)")
@@ -398,7 +398,7 @@ def check_dist(session: nox.Session) -> None:
         wheel_path = release.release_wheel(dist)
         release.check_release_wheel(wheel_path, release.sdist_version(sdist))
         release.check_tag(tag, release.sdist_version(sdist))
-    except CrossError as err:
+    except DriverError as err:
         session.error(str(err))
     session.run("twine", "check", "--strict", str(wheel_path), str(sdist))
     log(f"ready to publish {tag}: {wheel_path.name}, {sdist.name}")
@@ -417,7 +417,7 @@ def _install_test(session: nox.Session, plan: list[tuple[install_test.Config, tu
     try:
         timings = install_test.run_plan(qemu_bin, root, wheel_path, plan, BUILD_DIR / "install-test",
                                         cwd=Path.cwd())
-    except CrossError as err:  # creating the venv or pip install failed
+    except DriverError as err:  # creating the venv or pip install failed
         session.error(str(err))
     print("\n".join(["", f"install test of {wheel_path.name}:", *(t.line() for t in timings)]), flush=True)
     if not all(t.ok for t in timings):
@@ -432,7 +432,7 @@ def install_test_all(session: nox.Session) -> None:
     """
     try:
         opts, pytest_args = install_test.parse_posargs(session.posargs)
-    except CrossError as err:
+    except DriverError as err:
         session.error(str(err))
     plan = [(config, tuple(pytest_args) or ("tests",)) for config in opts.configs]
     _install_test(session, plan, opts.wheel)
@@ -450,7 +450,7 @@ def pin_qemu(session: nox.Session) -> None:
     """Re-pin qemu-user to the archive's current trixie version (rewrites toolchains/qemu.lock.json)."""
     try:
         pin = qemu.repin()
-    except CrossError as err:
+    except DriverError as err:
         session.error(str(err))
     log(f"pinned {pin.package} {pin.version} sha256 {pin.sha256}; commit toolchains/qemu.lock.json")
 
@@ -463,7 +463,7 @@ def _bench_runner(session: nox.Session) -> bench.Runner:
     try:
         counting = plugin_qemu.ensure_plugin_qemu(Path(session.virtualenv.bin) / "python")
         plugin = plugin_qemu.build_plugin(counting, BUILD_DIR / "bench-plugin")
-    except CrossError as err:
+    except DriverError as err:
         session.error(str(err))
     log(f"counting with {plugin_qemu.qemu_version(counting.binary)} and {plugin}")
     return bench.Runner(counting.binary, plugin, root, stage, BUILD_DIR / "bench")
@@ -485,13 +485,13 @@ def bench_session(session: nox.Session) -> None:
     """
     try:
         opts = bench.parse_posargs(session.posargs)
-    except CrossError as err:
+    except DriverError as err:
         session.error(str(err))
     session.install("matplotlib")
     runner = _bench_runner(session)
     try:
         configs = bench.select(bench.full_configs(), opts.only)
-    except CrossError as err:
+    except DriverError as err:
         session.error(str(err))
     started = time.monotonic()
     log(f"running {len(configs)} benchmark processes, {opts.jobs or os.cpu_count()} at a time; "
@@ -517,7 +517,7 @@ def bench_session(session: nox.Session) -> None:
 def _write_results(session: nox.Session, doc: dict, folder: Path) -> list[Path]:
     paths = bench.write_results(doc, folder)
     plot = folder / "bench.png"
-    session.run("python", "-m", "cross.bench", "plot", str(paths[0]), str(plot),
+    session.run("python", "-m", "driver.bench", "plot", str(paths[0]), str(plot),
                 env={"PYTHONPATH": str(Path(__file__).parent / "ci")})
     return [*paths, plot]
 
@@ -525,7 +525,7 @@ def _write_results(session: nox.Session, doc: dict, folder: Path) -> list[Path]:
 def _check_against_baseline(session: nox.Session, doc: dict, require_every_row: bool) -> None:
     try:
         baseline = bench.load_document(bench.BASELINE_FILE)
-    except CrossError as err:
+    except DriverError as err:
         session.error(str(err))
     regressions, improvements, unmeasured = bench.compare(baseline, doc)
     for line in improvements:

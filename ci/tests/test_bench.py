@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from cross import bench, plugin_qemu
-from cross.errors import ConfigError, CrossError
-from cross.privapt import PrivateApt
-from cross.qemu import QemuPin
+from driver import bench, plugin_qemu
+from driver.errors import ConfigError, DriverError
+from driver.privapt import PrivateApt
+from driver.qemu import QemuPin
 
 # ---- units and the lower bound ----------------------------------------------------------------------
 
@@ -109,12 +109,12 @@ def test_rows_take_library_counts_for_kernels_and_whole_region_less_marks_for_to
 
 
 def test_plugin_errors_and_missing_regions_fail_the_run():
-    with pytest.raises(CrossError, match="end mark without"):
+    with pytest.raises(DriverError, match="end mark without"):
         bench.parse_regions('{"error": "end mark without a matching start mark", "value": 3}')
     config = bench.Config("vlen256", 256, (bench.Case("decode", "bf16", seq=1024),))
-    with pytest.raises(CrossError, match="no count for decode bf16"):
+    with pytest.raises(DriverError, match="no count for decode bf16"):
         bench.rows_for(config, {0: json.loads(_region(0, COUNTS, COUNTS))})
-    with pytest.raises(CrossError, match="before any vset"):
+    with pytest.raises(DriverError, match="before any vset"):
         bench.rows_for(config, bench.parse_regions("\n".join([_region(0, COUNTS, COUNTS),
                                                                _region(1, COUNTS, COUNTS, unknown=4)])))
 

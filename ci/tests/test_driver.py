@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from cross import archive, build, host, paths, runner, sysroot, testrun, vlens
-from cross.errors import CommandFailed, ConfigError
-from cross.proc import run
+from driver import archive, build, host, paths, runner, sysroot, testrun, vlens
+from driver.errors import CommandFailed, ConfigError
+from driver.proc import run
 
 # ---- VLEN table ---------------------------------------------------------------------------------
 
@@ -294,7 +294,7 @@ def test_failed_command_reports_command_code_and_output():
 
 # ---- repro matrix -----------------------------------------------------------------------------------
 
-from cross import repro  # noqa: E402
+from driver import repro  # noqa: E402
 
 
 def test_repro_options_are_split_from_pytest_arguments():
@@ -336,7 +336,7 @@ def test_repro_matrix_runs_configs_and_reports_failures(tmp_path):
     assert data["vlen128-agnostic"]["tests"]["tests/test_a.py::test_x"]["status"] == "failed"
 
 
-from cross import demo  # noqa: E402
+from driver import demo  # noqa: E402
 
 
 def test_demo_command_forces_the_sessions_variant_and_labels_the_run_emulated(tmp_path):

@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from cross import install_test
-from cross.errors import ConfigError
-from cross.vlens import Variant, variants
+from driver import install_test
+from driver.errors import ConfigError
+from driver.vlens import Variant, variants
 
 TABLE = (Variant(128), Variant(256))
 

@@ -1,4 +1,4 @@
-"""The emulated matrix of `nox -t test` (ci/cross/matrix.py) and the summary's timings (no QEMU)."""
+"""The emulated matrix of `nox -t test` (ci/driver/matrix.py) and the summary's timings (no QEMU)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from cross import matrix, testrun, vlens
-from cross.errors import ConfigError
-from cross.repro import Config
+from driver import matrix, testrun, vlens
+from driver.errors import ConfigError
+from driver.repro import Config
 
 
 def test_every_vlen_and_every_agnostic_lane_is_a_configuration():
@@ -176,7 +176,7 @@ def test_the_single_vlen_sessions_leave_the_test_tag_to_test_emulated():
 
 
 def test_byte_compile_starts_with_the_largest_trees(tmp_path):
-    from cross import sysroot
+    from driver import sysroot
 
     for name, files in (("small", 1), ("large", 5), ("medium", 3)):
         for i in range(files):
@@ -187,7 +187,7 @@ def test_byte_compile_starts_with_the_largest_trees(tmp_path):
 
 
 def test_only_a_stage_unpacked_from_a_wheel_counts_as_having_metadata(tmp_path):
-    from cross import build
+    from driver import build
 
     (tmp_path / "rvv_attn").mkdir()
     assert not build.stage_has_metadata(tmp_path)  # what stage_tree alone leaves

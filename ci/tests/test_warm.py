@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from cross import build, warm, vlens
-from cross.errors import ConfigError
+from driver import build, warm, vlens
+from driver.errors import ConfigError
 
 CPU = vlens.by_vlen(256).qemu_cpu()
 

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from cross import qemu as qemu_pin
-from cross import sysroot as sysroot_recipe
-from cross import vlens
+from driver import qemu as qemu_pin
+from driver import sysroot as sysroot_recipe
+from driver import vlens
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]

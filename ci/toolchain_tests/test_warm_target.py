@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from cross import build, repro, testrun, vlens, warm
+from driver import build, repro, testrun, vlens, warm
 
 VLENS = (128, 256)
 PROBE = '''\

@@ -34,7 +34,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from .errors import ConfigError, CrossError
+from .errors import ConfigError, DriverError
 from .paths import PROJECT_ROOT
 from .vlens import Variant, by_vlen, variants
 
@@ -227,7 +227,7 @@ def parse_regions(text: str) -> dict[int, dict]:
             continue
         data = json.loads(line)
         if "error" in data:
-            raise CrossError(f"the insn_count plugin reported: {data['error']} (value {data['value']})",
+            raise DriverError(f"the insn_count plugin reported: {data['error']} (value {data['value']})",
                              "the guest's marks are out of order; see bench/guest.py")
         regions[int(data["label"])] = data
     return regions
@@ -246,7 +246,7 @@ def measured_counts(case: Case, region: dict, empty: dict) -> dict[str, int]:
         whole, overhead = _totals(region["all"]), _totals(empty["all"])
         return {k: whole[k] - overhead[k] for k in whole}
     if region["unknown_vtype"]:
-        raise CrossError(f"{case.id}: {region['unknown_vtype']} vector instructions ran before any vset*",
+        raise DriverError(f"{case.id}: {region['unknown_vtype']} vector instructions ran before any vset*",
                          "the LMUL weighting would be a guess; check the plugin's vtype tracking")
     return _totals(region["lib"])
 
@@ -279,11 +279,11 @@ class Row:
 
 def rows_for(config: Config, regions: dict[int, dict], empty_label: int = 0) -> list[Row]:
     if empty_label not in regions:
-        raise CrossError(f"{config.name}: the plugin reported no empty region; the guest did not start measuring")
+        raise DriverError(f"{config.name}: the plugin reported no empty region; the guest did not start measuring")
     rows = []
     for label, case in enumerate(config.cases, 1):
         if label not in regions:
-            raise CrossError(f"{config.name}: no count for {case.id} (region {label}); the guest stopped early")
+            raise DriverError(f"{config.name}: no count for {case.id} (region {label}); the guest stopped early")
         rows.append(Row(config.name, config.variant, config.vlen, case,
                         measured_counts(case, regions[label], regions[empty_label])))
     return rows
@@ -333,7 +333,7 @@ class Runner:
             proc.returncode = code = os.waitstatus_to_exitcode(status)
         if code != 0:
             tail = "".join(log_file.read_text().splitlines(keepends=True)[-20:])
-            raise CrossError(f"{config.name}: the benchmark guest exited with {code}; log {log_file}:\n{tail}")
+            raise DriverError(f"{config.name}: the benchmark guest exited with {code}; log {log_file}:\n{tail}")
         rows = rows_for(config, parse_regions(outfile.read_text()))
         return rows, time.monotonic() - started, usage.ru_utime + usage.ru_stime
 
@@ -584,7 +584,7 @@ def run_meta(qemu: Path, seconds: float) -> dict:
 
 
 def write_results(doc: dict, folder: Path) -> list[Path]:
-    """bench.json and bench.md; the plot (bench.png) is drawn by ``python -m cross.bench plot`` in a
+    """bench.json and bench.md; the plot (bench.png) is drawn by ``python -m driver.bench plot`` in a
     Python that has matplotlib (the session's venv, not nox's)."""
     folder.mkdir(parents=True, exist_ok=True)
     paths = [folder / "bench.json", folder / "bench.md"]
@@ -602,5 +602,5 @@ if __name__ == "__main__":
     import sys
 
     if len(sys.argv) != 4 or sys.argv[1] != "plot":
-        raise SystemExit("usage: python -m cross.bench plot <bench.json> <out.png>")
+        raise SystemExit("usage: python -m driver.bench plot <bench.json> <out.png>")
     plot(json.loads(Path(sys.argv[2]).read_text()), Path(sys.argv[3]))

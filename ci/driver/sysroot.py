@@ -105,7 +105,7 @@ def parse_deb_names(text: str) -> dict[str, str]:
 def format_lock(manifest: Manifest, versions: dict[str, str]) -> str:
     lines = [
         f"# riscv64 sysroot lock: Debian {manifest.suite}/{manifest.arch}, {len(versions)} packages.",
-        "# Written by the sysroot build (ci/cross/sysroot.py); commit it when it changes.",
+        "# Written by the sysroot build (ci/driver/sysroot.py); commit it when it changes.",
     ]
     lines += [f"{name} {version}" for name, version in versions.items()]
     return "\n".join(lines) + "\n"

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import warm_guest as protocol
-from .errors import ConfigError, CrossError
+from .errors import ConfigError, DriverError
 from .paths import BUILD_DIR
 from .runner import guest_env, guest_program
 from .vlens import Variant, by_vlen, variants
@@ -270,14 +270,14 @@ def start(targets: Sequence[Target], qemu: Path, sysroot: Path, idle_timeout: fl
         for target, proc in list(starting.items()):
             if proc.poll() is not None:
                 tail = target.log_path(warm_dir).read_text(errors="replace")[-3000:]
-                raise CrossError(f"warm target {target.label} exited with {proc.returncode} while starting:\n{tail}",
+                raise DriverError(f"warm target {target.label} exited with {proc.returncode} while starting:\n{tail}",
                                  f"its log: {target.log_path(warm_dir)}")
             reply = ping(target.socket_path(warm_dir))
             if reply is not None:
                 report(f"{target.label}: ready in {time.monotonic() - began:.0f} s (pid {reply['pid']})")
                 del starting[target]
         if time.monotonic() - began > timeout:
-            raise CrossError(f"warm targets {', '.join(t.label for t in starting)} not ready after {timeout:.0f} s",
+            raise DriverError(f"warm targets {', '.join(t.label for t in starting)} not ready after {timeout:.0f} s",
                              f"see their logs in {warm_dir}")
         if starting:
             time.sleep(0.5)

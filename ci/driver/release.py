@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import CrossError
+from .errors import DriverError
 
 # torch's libraries: provided by the user's torch (Debian's python3-torch on
 # riscv64), never copied into the wheel. auditwheel takes shell patterns.
@@ -80,13 +80,13 @@ def sync_sdist(sdist: Path, dest: Path) -> Path:
         members = [m for m in tar.getmembers() if m.isfile()]
         tops = {Path(m.name).parts[0] for m in tar.getmembers()}
         if len(tops) != 1:
-            raise CrossError(f"{sdist.name} has {len(tops)} top-level entries, expected one folder")
+            raise DriverError(f"{sdist.name} has {len(tops)} top-level entries, expected one folder")
         top = dest / tops.pop()
         wanted = set()
         for member in members:
             relative = Path(member.name)
             if relative.is_absolute() or ".." in relative.parts:
-                raise CrossError(f"{sdist.name} holds an unsafe path: {member.name}")
+                raise DriverError(f"{sdist.name} holds an unsafe path: {member.name}")
             target = dest / relative
             wanted.add(target)
             data = tar.extractfile(member).read()  # type: ignore[union-attr]
@@ -111,7 +111,7 @@ def auditwheel_repair_args(wheel: Path, out_dir: Path) -> list[str]:
 
 
 def check_release_wheel(wheel: Path, expected_version: str | None = None) -> WheelName:
-    """Check what auditwheel produced; raise CrossError saying what is wrong.
+    """Check what auditwheel produced; raise DriverError saying what is wrong.
 
     - tagged manylinux_X_Y_riscv64 for py3-none;
     - nothing grafted (no ``*.libs/`` folder, no library but ours);
@@ -120,24 +120,24 @@ def check_release_wheel(wheel: Path, expected_version: str | None = None) -> Whe
     """
     name = WheelName.parse(wheel.name)
     if name.manylinux_glibc is None or name.python != "py3" or name.abi != "none":
-        raise CrossError(f"{wheel.name} is not tagged py3-none-manylinux_X_Y_riscv64",
+        raise DriverError(f"{wheel.name} is not tagged py3-none-manylinux_X_Y_riscv64",
                          "auditwheel did not retag it: run `./ci/nox -s wheel` and read auditwheel's output")
     if expected_version is not None and name.version != expected_version:
-        raise CrossError(f"{wheel.name} has version {name.version}, but the sdist has {expected_version}")
+        raise DriverError(f"{wheel.name} has version {name.version}, but the sdist has {expected_version}")
     with zipfile.ZipFile(wheel) as zf:
         files = zf.namelist()
         library = zf.read(LIBRARY) if LIBRARY in files else None
     grafted = [f for f in files if ".libs/" in f or (f.endswith(".so") or ".so." in f) and f != LIBRARY]
     if grafted:
-        raise CrossError(f"{wheel.name} holds libraries other than {LIBRARY}: {', '.join(grafted)}",
+        raise DriverError(f"{wheel.name} holds libraries other than {LIBRARY}: {', '.join(grafted)}",
                          "auditwheel grafted a dependency: exclude it (if the user's torch provides it) "
                          "or stop linking it")
     missing = [f for f in GENERATED_FILES if f not in files]
     if missing:
-        raise CrossError(f"{wheel.name} lacks {', '.join(missing)}")
+        raise DriverError(f"{wheel.name} lacks {', '.join(missing)}")
     unstripped = unstripped_sections(library or b"")
     if unstripped:
-        raise CrossError(f"{LIBRARY} in {wheel.name} is not stripped: it has {', '.join(unstripped)}",
+        raise DriverError(f"{LIBRARY} in {wheel.name} is not stripped: it has {', '.join(unstripped)}",
                          "the build must strip on install (scikit-build-core install.strip, CMAKE_STRIP)")
     return name
 
@@ -145,7 +145,7 @@ def check_release_wheel(wheel: Path, expected_version: str | None = None) -> Whe
 def section_names(elf: bytes) -> list[str]:
     """The section names of a little-endian ELF64 file (riscv64, x86-64), from its section header table."""
     if elf[:4] != b"\x7fELF" or elf[4] != 2 or elf[5] != 1:
-        raise CrossError("not a little-endian 64-bit ELF file")
+        raise DriverError("not a little-endian 64-bit ELF file")
     shoff, = struct.unpack_from("<Q", elf, 0x28)
     shentsize, shnum, shstrndx = struct.unpack_from("<HHH", elf, 0x3A)
     headers = [struct.unpack_from("<IIQQQQ", elf, shoff + i * shentsize) for i in range(shnum)]
@@ -166,7 +166,7 @@ def sdist_version(sdist: Path) -> str:
     """The version in an sdist's file name (``rvv_attn-<version>.tar.gz``)."""
     match = re.fullmatch(r"rvv_attn-(.+)\.tar\.gz", sdist.name)
     if not match:
-        raise CrossError(f"{sdist.name} is not an rvv_attn sdist name")
+        raise DriverError(f"{sdist.name} is not an rvv_attn sdist name")
     return match.group(1)
 
 
@@ -180,7 +180,7 @@ def clear_artifacts(dist: Path) -> None:
 def only(paths: Sequence[Path], what: str, where: Path) -> Path:
     if len(paths) != 1:
         found = ", ".join(p.name for p in paths) or "nothing"
-        raise CrossError(f"expected one {what} in {where}, found {found}",
+        raise DriverError(f"expected one {what} in {where}, found {found}",
                          "run `./ci/nox -s wheel` to rebuild dist/")
     return paths[0]
 
@@ -204,11 +204,11 @@ def reset_dir(path: Path) -> Path:
 def check_tag(tag: str, version: str) -> None:
     """A release tag must be ``v`` + the artefacts' version: setuptools-scm makes X.Y.Z only on the tag itself."""
     if tag != f"v{version}":
-        raise CrossError(f"tag {tag} does not match the artefacts' version {version} (expected tag v{version})",
+        raise DriverError(f"tag {tag} does not match the artefacts' version {version} (expected tag v{version})",
                          "build the wheel from the tagged commit with its tags fetched (checkout fetch-depth: 0)")
 
 
 def parse_tag_option(posargs: list[str]) -> str:
     if len(posargs) != 1 or not posargs[0].startswith("--tag="):
-        raise CrossError(f"expected --tag=vX.Y.Z, got {' '.join(posargs) or 'nothing'}")
+        raise DriverError(f"expected --tag=vX.Y.Z, got {' '.join(posargs) or 'nothing'}")
     return posargs[0].removeprefix("--tag=")
