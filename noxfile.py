@@ -20,11 +20,12 @@ import nox
 
 sys.path.insert(0, str(Path(__file__).parent / "ci"))
 
-from driver import (bench, build, ci_matrix, demo, host, install_test, matrix, plugin_qemu, qemu, release,  # noqa: E402
+from driver import (build, ci_matrix, demo, host, install_test, matrix, plugin_qemu, qemu, release,  # noqa: E402
                    repro, sysroot, testrun, vlens)
 from driver import warm as warm_targets  # noqa: E402
+from driver.bench import cases as bench_cases, figures, render, run as bench_run  # noqa: E402
 from driver.errors import DriverError  # noqa: E402
-from driver.paths import BUILD_DIR  # noqa: E402
+from driver.paths import BUILD_DIR, PROJECT_ROOT  # noqa: E402
 from driver.proc import Stopwatch, log  # noqa: E402
 from driver.runner import guest_command, guest_env  # noqa: E402
 
@@ -455,7 +456,7 @@ def pin_qemu(session: nox.Session) -> None:
     log(f"pinned {pin.package} {pin.version} sha256 {pin.sha256}; commit toolchains/qemu.lock.json")
 
 
-def _bench_runner(session: nox.Session) -> bench.Runner:
+def _bench_runner(session: nox.Session) -> bench_run.Runner:
     """Toolchain, the riscv64 wheel (staged apart from the test sessions'), the plugin QEMU and the plugin."""
     _pinned_qemu, root = _toolchain(session)
     stage = build.stage_wheel(_cross_build(session, root), BUILD_DIR / "stage-bench")
@@ -466,10 +467,10 @@ def _bench_runner(session: nox.Session) -> bench.Runner:
     except DriverError as err:
         session.error(str(err))
     log(f"counting with {plugin_qemu.qemu_version(counting.binary)} and {plugin}")
-    return bench.Runner(counting.binary, plugin, root, stage, BUILD_DIR / "bench")
+    return bench_run.Runner(counting.binary, plugin, root, stage, BUILD_DIR / "bench")
 
 
-def _bench_env(runner: bench.Runner) -> dict[str, str]:
+def _bench_env(runner: bench_run.Runner) -> dict[str, str]:
     tmp = BUILD_DIR / "tmp"
     tmp.mkdir(parents=True, exist_ok=True)
     return guest_env(runner.stage, tmp)
@@ -477,71 +478,55 @@ def _bench_env(runner: bench.Runner) -> dict[str, str]:
 
 @nox.session(name="bench", default=False)
 def bench_session(session: nox.Session) -> None:
-    """Count instructions of every kernel at every VLEN (and torch's SDPA); write bench/results, check the baseline.
+    """Count instructions of every kernel at every VLEN (and torch's SDPA); write build/results/bench, check the baseline.
 
-    Options: --update-baseline (write bench/baseline.json, bench/results and the README's table from this run),
-    --jobs=N (emulated processes at once; default: the number of cores), --only=decode,vlen128 (only the rows
-    whose name contains one of these; with --update-baseline they replace their rows of the baseline).
+    Options: --update-baseline (this run becomes bench/baseline.json, its renderings in bench/results and the
+    tables of docs/benchmarks.md), --jobs=N (emulated processes at once; default: the number of cores),
+    --only=decode,vlen128 (only the rows whose name contains one of these; with --update-baseline they
+    replace their rows of the baseline).
     """
     try:
-        opts = bench.parse_posargs(session.posargs)
+        opts = bench_cases.parse_posargs(session.posargs)
     except DriverError as err:
         session.error(str(err))
     session.install("matplotlib")
     runner = _bench_runner(session)
     try:
-        configs = bench.select(bench.full_configs(), opts.only)
+        configs = bench_cases.select(bench_cases.full_configs(), opts.only)
     except DriverError as err:
         session.error(str(err))
     started = time.monotonic()
     log(f"running {len(configs)} benchmark processes, {opts.jobs or os.cpu_count()} at a time; "
         f"logs in {runner.work}")
-    rows = bench.run_all(runner, configs, _bench_env(runner), opts.jobs or os.cpu_count() or 1, log)
-    doc = bench.document(rows, bench.run_meta(runner.qemu, time.monotonic() - started))
+    rows = bench_run.run_all(runner, configs, _bench_env(runner), opts.jobs or os.cpu_count() or 1, log)
+    doc = figures.document(rows, bench_run.run_meta(runner.qemu, time.monotonic() - started))
     log(f"{len(rows)} rows in {time.monotonic() - started:.0f} s")
+    results = testrun.results_dir("bench")
+    paths = render.write_results(doc, results)
+    _plot(session, paths[0], results / render.PLOT_NAME)
+    log("wrote " + ", ".join(str(p) for p in paths) + f" and {render.PLOT_NAME}")
     if opts.update_baseline:
-        if opts.only:
-            base = bench.load_document(bench.BASELINE_FILE) if bench.BASELINE_FILE.exists() else \
-                bench.empty_document(doc["meta"])
-            doc = bench.merge_into(base, doc)
-        paths = _write_results(session, doc, bench.RESULTS_DIR)
-        bench.write_baseline(doc)
-        log(f"baseline written: {bench.BASELINE_FILE.name}, {', '.join(p.name for p in paths)} and the README's "
-            "tables; commit them with the change that explains them")
+        try:
+            written = render.write_baseline(figures.updated_baseline(doc, opts.only))
+        except DriverError as err:
+            session.error(str(err))
+        _plot(session, written[0], render.BASELINE_RENDERINGS / render.PLOT_NAME)
+        log(f"baseline written: {', '.join(str(p.relative_to(PROJECT_ROOT)) for p in written)} and "
+            f"bench/results/{render.PLOT_NAME}; commit them with the change that explains them")
         return
-    paths = _write_results(session, doc, testrun.results_dir("bench"))
-    log("wrote " + ", ".join(str(p) for p in paths))
     _check_against_baseline(session, doc, require_every_row=False)
 
 
-def _write_results(session: nox.Session, doc: dict, folder: Path) -> list[Path]:
-    paths = bench.write_results(doc, folder)
-    plot = folder / "bench.png"
-    session.run("python", "-m", "driver.bench", "plot", str(paths[0]), str(plot),
+def _plot(session: nox.Session, document: Path, out: Path) -> None:
+    session.run("python", "-m", "driver.bench", "plot", str(document), str(out),
                 env={"PYTHONPATH": str(Path(__file__).parent / "ci")})
-    return [*paths, plot]
 
 
 def _check_against_baseline(session: nox.Session, doc: dict, require_every_row: bool) -> None:
     try:
-        baseline = bench.load_document(bench.BASELINE_FILE)
+        figures.guard(figures.load_document(figures.BASELINE_FILE), doc, require_every_row, log)
     except DriverError as err:
         session.error(str(err))
-    regressions, improvements, unmeasured = bench.compare(baseline, doc)
-    for line in improvements:
-        log(f"improved: {line}")
-    if unmeasured:
-        message = (f"{len(unmeasured)} rows have no baseline figures ({', '.join(unmeasured[:4])}"
-                   f"{', ...' if len(unmeasured) > 4 else ''}); add them with `nox -s bench -- --update-baseline "
-                   "--only=...`")
-        if require_every_row:
-            session.error(message)
-        log(message)
-    if regressions:
-        session.error(f"{len(regressions)} figures grew by more than {bench.TOLERANCE:.0%} against "
-                      f"{bench.BASELINE_FILE.name}:\n  " + "\n  ".join(regressions))
-    log(f"no figure grew by more than {bench.TOLERANCE:.0%} against {bench.BASELINE_FILE.name} "
-        f"({len(doc['rows'])} rows compared)")
 
 
 @nox.session(name="bench-check", tags=["test"], default=False)
@@ -552,11 +537,11 @@ def bench_check(session: nox.Session) -> None:
     session.install("pytest>=8")
     env = {"RVV_ATTN_PLUGIN_QEMU": str(runner.qemu), "RVV_ATTN_INSN_PLUGIN": str(runner.plugin)}
     _pytest_in_session(session, "bench-check", session.posargs or ["bench/tests"], env)
-    rows = bench.run_all(runner, bench.check_configs(), _bench_env(runner), 1, log)
-    doc = bench.document(rows, bench.run_meta(runner.qemu, 0.0))
+    rows = bench_run.run_all(runner, bench_cases.check_configs(), _bench_env(runner), 1, log)
+    doc = figures.document(rows, bench_run.run_meta(runner.qemu, 0.0))
     out = testrun.results_dir("bench-check") / "bench.json"
     out.write_text(json.dumps(doc, indent=1) + "\n")
-    print(bench.detail_table(doc), file=sys.stderr)
+    print(render.detail_table(doc), file=sys.stderr)
     _check_against_baseline(session, doc, require_every_row=True)
 
 

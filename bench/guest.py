@@ -1,6 +1,6 @@
 """Benchmark cases, run inside the emulated riscv64 target under the insn_count plugin.
 
-Usage (by ci/driver/bench.py): python3 guest.py <cases.json> <variant>
+Usage (by ci/driver/bench/run.py): python3 guest.py <cases.json> <variant>
 
 For each case it builds the inputs (fixed seeds, shuffled cache slots), warms
 the operator up once on a small shape of the same kind, then calls it once

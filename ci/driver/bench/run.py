@@ -1,0 +1,95 @@
+"""Running the benchmarks: bench/guest.py under the plugin QEMU, one process per configuration."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from ..errors import DriverError
+from ..paths import PROJECT_ROOT
+from ..vlens import Variant
+from .cases import Config
+from .figures import Row, parse_regions, rows_for
+
+GUEST_SCRIPT = PROJECT_ROOT / "bench" / "guest.py"
+
+
+def guest_cases(config: Config) -> list[dict]:
+    """The guest's input: each case with the label of its plugin region (0 is the empty pair of marks)."""
+    return [{**asdict(c), "label": i, "id": c.id} for i, c in enumerate(config.cases, 1)]
+
+
+@dataclass(frozen=True)
+class Runner:
+    """How to start the guest: the plugin QEMU, the plugin, the sysroot and the staged wheel."""
+
+    qemu: Path
+    plugin: Path
+    sysroot: Path
+    stage: Path
+    work: Path
+
+    def command(self, config: Config, cases_file: Path, outfile: Path) -> list[str]:
+        cpu = Variant(config.vlen).qemu_cpu()
+        return [str(self.qemu), "-plugin", f"{self.plugin},outfile={outfile}", "-L", str(self.sysroot),
+                "-cpu", cpu, str(self.sysroot / "usr/bin/python3"), str(GUEST_SCRIPT), str(cases_file),
+                config.variant]
+
+    def run(self, config: Config, env: dict[str, str], report: Callable[[str], None]) -> tuple[list[Row], float, float]:
+        """Run one configuration; (rows, wall seconds, CPU seconds of the emulator)."""
+        folder = self.work / config.name
+        folder.mkdir(parents=True, exist_ok=True)
+        cases_file, outfile, log_file = folder / "cases.json", folder / "regions.jsonl", folder / "guest.log"
+        cases_file.write_text(json.dumps(guest_cases(config), indent=1))
+        outfile.unlink(missing_ok=True)
+        started = time.monotonic()
+        cmd = self.command(config, cases_file, outfile)
+        with log_file.open("w") as log:
+            proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                    stdin=subprocess.DEVNULL, errors="replace")
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                log.write(line)
+                if line.startswith("[bench "):
+                    report(line.rstrip())
+            _pid, status, usage = os.wait4(proc.pid, 0)
+            proc.returncode = code = os.waitstatus_to_exitcode(status)
+        if code != 0:
+            tail = "".join(log_file.read_text().splitlines(keepends=True)[-20:])
+            raise DriverError(f"{config.name}: the benchmark guest exited with {code}; log {log_file}:\n{tail}")
+        rows = rows_for(config, parse_regions(outfile.read_text()))
+        return rows, time.monotonic() - started, usage.ru_utime + usage.ru_stime
+
+
+def run_all(runner: Runner, configs: Sequence[Config], env: dict[str, str], jobs: int,
+            report: Callable[[str], None]) -> list[Row]:
+    """Run the configurations, ``jobs`` at a time; rows in the order of ``configs``."""
+    def one(config: Config) -> list[Row]:
+        report(f"{config.name}: {len(config.cases)} cases at VLEN {config.vlen} ...")
+        rows, seconds, cpu = runner.run(config, env, report)
+        # CPU time too: on a shared machine the wall time says more about the neighbours.
+        report(f"{config.name}: done in {seconds:.0f} s ({cpu:.0f} s of CPU)")
+        return rows
+
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        results = list(pool.map(one, configs))
+    return [row for rows in results for row in rows]
+
+
+def run_meta(qemu: Path, seconds: float) -> dict:
+    """What a result file records beside the figures: commit, QEMU version, threads, wall time, date."""
+    def git(*args: str) -> str:
+        proc = subprocess.run(["git", *args], cwd=PROJECT_ROOT, capture_output=True, text=True)
+        return proc.stdout.strip()
+
+    from ..plugin_qemu import qemu_version
+
+    dirty = "+changes" if git("status", "--porcelain", "--untracked-files=no") else ""
+    return {"commit": git("rev-parse", "--short", "HEAD") + dirty, "qemu": qemu_version(qemu),
+            "threads": 1, "wall_seconds": round(seconds), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
