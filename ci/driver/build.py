@@ -51,8 +51,9 @@ def host_install_args(build_dir: Path = BUILD_DIR / "host", extra_cmake: Sequenc
 
 def cross_wheel_args(sysroot: Path, out_dir: Path, variants: Sequence[Variant],
                      build_dir: Path = BUILD_DIR / "riscv64", build_type: str = "Release",
-                     launcher: str | None = None) -> list[str]:
-    """``pip wheel`` arguments for the riscv64 wheel holding ``variants`` and the portable build."""
+                     launcher: str | None = None, source: Path = PROJECT_ROOT) -> list[str]:
+    """``pip wheel`` arguments for the riscv64 wheel holding ``variants`` and the portable build, from ``source``
+    (the checkout, or for a release the unpacked sdist)."""
     vlens = ";".join(str(v.vlen) for v in variants)
     cache = ["-C", f"cmake.define.CMAKE_CXX_COMPILER_LAUNCHER={launcher}"] if launcher else []
     return [
@@ -64,7 +65,7 @@ def cross_wheel_args(sysroot: Path, out_dir: Path, variants: Sequence[Variant],
         "-C", "cmake.python-hints=false",
         "-C", f"cmake.define.RVV_ATTN_SYSROOT={sysroot}",
         "-C", f"cmake.define.RVV_ATTN_VLENS={vlens}",
-        str(PROJECT_ROOT),
+        str(source),
     ]
 
 

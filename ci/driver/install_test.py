@@ -22,7 +22,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import ConfigError
+from . import steps
+from .errors import ConfigError, DriverError
+from .paths import BUILD_DIR
 from .runner import guest_env, guest_program
 from .vlens import Variant, variants
 
@@ -223,3 +225,15 @@ def run_plan(qemu: Path, sysroot: Path, wheel: Path, plan: Sequence[tuple[Config
         testrun.print_summary(label, returncode, outcome)
         timings.append(timing)
     return timings
+
+
+def run_session(session: steps.Session, plan: Sequence[tuple[Config, tuple[str, ...]]], wheel: Path | None) -> None:
+    """The install test of ``wheel`` (built by the release steps if None): run ``plan``, print each
+    configuration's outcome, fail if any failed."""
+    qemu_bin, root = steps.toolchain()
+    wheel = wheel or steps.release_artefacts(session, root)
+    timings = run_plan(qemu_bin, root, wheel, plan, BUILD_DIR / "install-test", cwd=Path.cwd())
+    print("\n".join(["", f"install test of {wheel.name}:", *(t.line() for t in timings)]), flush=True)
+    if not all(t.ok for t in timings):
+        raise DriverError("the install test failed in some configuration (above); JUnit XML in "
+                          "build/results/install-test-*")

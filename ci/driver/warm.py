@@ -292,6 +292,16 @@ def running(warm_dir: Path = WARM_DIR) -> list[tuple[Target, dict]]:
     return found
 
 
+def status_lines(warm_dir: Path = WARM_DIR) -> list[str]:
+    """What ``nox -s warm`` without options prints: the running targets and how to start or stop them."""
+    found = running(warm_dir)
+    lines = [f"{target.label}: running (pid {info['pid']}, {info['running']} request(s) in flight)"
+             for target, info in found]
+    lines.append("stop them with: nox -s warm -- --stop" if found else "no warm target is running")
+    lines.append("start some with: nox -s warm -- --vlens=256  (or --vlens=all --policies=all for repro)")
+    return lines
+
+
 def stop(targets: Sequence[Target] | None = None, warm_dir: Path = WARM_DIR,
          report: Callable[[str], None] = print, wait: float = 15.0) -> int:
     """Stop the given targets (default: every running one); returns how many were stopped."""

@@ -11,11 +11,14 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from .. import build, plugin_qemu, steps
 from ..errors import DriverError
-from ..paths import PROJECT_ROOT
+from ..paths import BUILD_DIR, PROJECT_ROOT
+from ..proc import log
+from ..runner import staged_guest_env
 from ..vlens import Variant
 from .cases import Config
-from .figures import Row, parse_regions, rows_for
+from .figures import Row, document, parse_regions, rows_for
 
 GUEST_SCRIPT = PROJECT_ROOT / "bench" / "guest.py"
 
@@ -34,6 +37,13 @@ class Runner:
     sysroot: Path
     stage: Path
     work: Path
+
+    def plugin_env(self) -> dict[str, str]:
+        """The environment of bench/tests: the plugin QEMU and the plugin they check."""
+        return {"RVV_ATTN_PLUGIN_QEMU": str(self.qemu), "RVV_ATTN_INSN_PLUGIN": str(self.plugin)}
+
+    def guest_env(self) -> dict[str, str]:
+        return staged_guest_env(self.stage)
 
     def command(self, config: Config, cases_file: Path, outfile: Path) -> list[str]:
         cpu = Variant(config.vlen).qemu_cpu()
@@ -80,6 +90,26 @@ def run_all(runner: Runner, configs: Sequence[Config], env: dict[str, str], jobs
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
         results = list(pool.map(one, configs))
     return [row for rows in results for row in rows]
+
+
+def prepare(session: steps.Session) -> Runner:
+    """Toolchain, the riscv64 wheel (staged apart from the test sessions'), the plugin QEMU and the plugin."""
+    _pinned_qemu, root = steps.toolchain()
+    stage = build.stage_wheel(steps.cross_build(session, root), BUILD_DIR / "stage-bench")
+    session.install(*plugin_qemu.BUILD_REQUIREMENTS)
+    counting = plugin_qemu.ensure_plugin_qemu(Path(session.bin) / "python")
+    plugin = plugin_qemu.build_plugin(counting, BUILD_DIR / "bench-plugin")
+    log(f"counting with {plugin_qemu.qemu_version(counting.binary)} and {plugin}")
+    return Runner(counting.binary, plugin, root, stage, BUILD_DIR / "bench")
+
+
+def measure(runner: Runner, configs: Sequence[Config], jobs: int) -> dict:
+    """Run ``configs``, ``jobs`` at a time, and return the result document."""
+    started = time.monotonic()
+    log(f"running {len(configs)} benchmark processes, {jobs} at a time; logs in {runner.work}")
+    rows = run_all(runner, configs, runner.guest_env(), jobs, log)
+    log(f"{len(rows)} rows in {time.monotonic() - started:.0f} s")
+    return document(rows, run_meta(runner.qemu, time.monotonic() - started))
 
 
 def run_meta(qemu: Path, seconds: float) -> dict:
