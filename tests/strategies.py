@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-
 from dataclasses import dataclass, field
 
 import torch
@@ -85,7 +84,7 @@ BLOCK_EDGES = [1, 2, 15, 16, 17, 31, 32, 33, 63, 64, 65, 127, 128, 129, 257]
 @st.composite
 def decode_cases(draw):
     """Any valid decode_attention_cpu call (built by the decode tests' make_case)."""
-    from test_decode_attention import make_case
+    from cases.decode import make_case
 
     batch = draw(st.integers(1, 4))
     lens = draw(st.lists(st.one_of(st.sampled_from(BLOCK_EDGES), st.integers(1, 300)), min_size=batch,
@@ -147,7 +146,7 @@ EXTEND_EDGES = [0, 1, 2, 7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 64, 65]
 @st.composite
 def extend_cases(draw):
     """Any valid extend_attention_cpu call (built by the extend tests' Case)."""
-    from test_extend_attention import Case
+    from cases.extend import Case
 
     batch = draw(st.integers(1, 3))
     lengths = st.one_of(st.sampled_from(EXTEND_EDGES), st.integers(0, 150))
@@ -217,7 +216,7 @@ INT8_SCALES = [0.001, 0.01, 0.1, float("nan")]
 @st.composite
 def int8_decode_cases(draw):
     """Any valid decode_attention_int8_cpu call (built by test_int8_kv_cache.int8_decode), unit-scale data."""
-    from test_int8_kv_cache import int8_decode
+    from cases.int8 import int8_decode
 
     batch = draw(st.integers(1, 3))
     lens = draw(st.lists(st.one_of(st.sampled_from(BLOCK_EDGES), st.integers(1, 150)), min_size=batch,
@@ -235,8 +234,8 @@ def int8_decode_cases(draw):
 @st.composite
 def int8_extend_cases(draw):
     """Any valid extend_attention_int8_cpu call (test_int8_kv_cache.int8_extend on an extend Case), unit-scale data."""
-    from test_extend_attention import Case
-    from test_int8_kv_cache import int8_extend
+    from cases.extend import Case
+    from cases.int8 import int8_extend
 
     batch = draw(st.integers(1, 3))
     lengths = st.one_of(st.sampled_from(EXTEND_EDGES), st.integers(0, 70))
@@ -277,7 +276,7 @@ def _block() -> int:
 
 def decode_edge(head_dim: int, splits: int, logit_cap: float = 0.0) -> Deferred:
     """Decode at the active block's edges (k - 1, k, k + 1, 2k + 1 tokens)."""
-    from test_decode_attention import make_case
+    from cases.decode import make_case
 
     def build():
         k = _block()
@@ -288,7 +287,7 @@ def decode_edge(head_dim: int, splits: int, logit_cap: float = 0.0) -> Deferred:
 
 def extend_edge(head_dim: int) -> Deferred:
     """Extend with new-token counts crossing the active key block."""
-    from test_extend_attention import Case
+    from cases.extend import Case
 
     def build():
         k = _block()
@@ -298,7 +297,7 @@ def extend_edge(head_dim: int) -> Deferred:
 
 
 def int8_decode_edge(head_dim: int, k_scale: float, v_scale: float) -> Deferred:
-    from test_int8_kv_cache import int8_decode
+    from cases.int8 import int8_decode
 
     def build():
         k = _block()
@@ -308,8 +307,8 @@ def int8_decode_edge(head_dim: int, k_scale: float, v_scale: float) -> Deferred:
 
 
 def int8_extend_edge(head_dim: int, k_scale: float, v_scale: float) -> Deferred:
-    from test_extend_attention import Case
-    from test_int8_kv_cache import int8_extend
+    from cases.extend import Case
+    from cases.int8 import int8_extend
 
     def build():
         k = _block()

@@ -16,10 +16,10 @@ import math
 import pytest
 import torch
 
-from test_decode_attention import assert_matches_reference, decode_block, expected_decode_block, make_case
-from test_extend_attention import Case as ExtendCase
-from test_extend_attention import blocking as extend_blocking
-from test_int8_kv_cache import DYN, int8_decode, int8_extend
+from cases.decode import assert_matches_reference, decode_block, expected_decode_block, make_case
+from cases.extend import Case as ExtendCase
+from cases.extend import blocking as extend_blocking
+from cases.int8 import DYN, int8_decode, int8_extend
 from tolerances import large_score_atol
 
 D_SIZES = [128, 256]

@@ -20,11 +20,11 @@ from collections.abc import Callable
 import pytest
 import torch
 
-from test_decode_attention import make_case
-from test_extend_attention import Case as ExtendCase
-from test_int8_kv_cache import DYN, int8_decode, int8_extend
-from test_kv_write import make_case as kv_write_case
-from test_kv_write import write
+from cases.decode import make_case
+from cases.extend import Case as ExtendCase
+from cases.int8 import DYN, int8_decode, int8_extend
+from cases.kv_write import make_case as kv_write_case
+from cases.kv_write import write
 
 THREAD_COUNTS = [1, 2, 8]
 
