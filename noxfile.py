@@ -11,11 +11,10 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import json
 import os
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import nox
@@ -26,7 +25,6 @@ from driver import build, ci_matrix, demo, host, install_test, lint, matrix, qem
 from driver import repro, steps, testrun, vlens  # noqa: E402
 from driver import warm as warm_targets  # noqa: E402
 from driver.bench import cases as bench_cases, figures, render, run as bench_run  # noqa: E402
-from driver.errors import DriverError  # noqa: E402
 from driver.paths import BUILD_DIR, PROJECT_ROOT  # noqa: E402
 from driver.proc import Stopwatch, log  # noqa: E402
 from driver.runner import guest_command, staged_guest_env  # noqa: E402
@@ -47,27 +45,22 @@ HOST_REQUIREMENTS = [HOST_TORCH, *TEST_REQUIREMENTS]
 RUN_STARTED = time.time()
 
 
-def _session(*, timed: bool = False, **kwargs) -> Callable:
-    """``nox.session``, with the driver's errors shown as the session's error (message and hint, no traceback);
-    ``timed``: the wall time is recorded for the summary session (sessions of `nox -t test`)."""
+def _session(*, timed: bool = False, doc: str | None = None, **kwargs) -> Callable:
+    """``nox.session`` with the driver's errors reported as the session's error; ``timed``: the wall time is
+    recorded for the summary session (sessions of `nox -t test`); ``doc`` replaces the docstring."""
 
     def register(func: Callable[[nox.Session], None]):
+        func.__doc__ = doc or func.__doc__
+
         @functools.wraps(func)
         def run(session: nox.Session) -> None:
-            with testrun.session_clock(session.name) if timed else contextlib.nullcontext(), _errors(session):
-                func(session)
+            with testrun.session_clock(session.name) if timed else contextlib.nullcontext():
+                with steps.reported_errors(session):
+                    func(session)
 
         return nox.session(**kwargs)(run)
 
     return register
-
-
-@contextlib.contextmanager
-def _errors(session: nox.Session) -> Iterator[None]:
-    try:
-        yield
-    except DriverError as err:
-        session.error(str(err))
 
 
 @_session()
@@ -115,53 +108,34 @@ def _test_vlen(session: nox.Session, variant: vlens.Variant, agnostic: bool) -> 
         session.error(f"{label}: pytest exited with {code}; JUnit XML and summary in {testrun.results_dir(label)}")
 
 
-def _shell_vlen(session: nox.Session, variant: vlens.Variant) -> None:
-    if not session.posargs:
-        session.error(f"give a command after --, e.g. nox -s shell-{variant.name} -- python3 -c 'import rvv_attn'")
-    qemu_bin, root = steps.toolchain()
-    env = staged_guest_env(steps.stage_for(session, root, [variant]))
-    cmd = warm_targets.route(guest_command(qemu_bin, root, variant, session.posargs), env, report=log)
-    session.run(*cmd, env=env, include_outer_env=False, external=True)
-
-
-def _demo_vlen(session: nox.Session, variant: vlens.Variant) -> None:
-    qemu_bin, root = steps.toolchain()
-    cmd, env = demo.demo_command(qemu_bin, root, steps.stage_for(session, root, [variant]), variant, session.posargs)
-    with Stopwatch(f"demo under QEMU at VLEN {variant.vlen} (importing torch alone takes ~20 s)"):
-        session.run(*cmd, env=env, include_outer_env=False, external=True)
-
-
 def _register_vlen_sessions(variant: vlens.Variant) -> None:
-    where = f"VLEN {variant.vlen} ({variant.board})"
+    docs = steps.vlen_session_docs(variant, portable_lane=variant.vlen == vlens.portable_lane())
 
     # `nox -t test` runs this configuration in test-emulated, beside the others; this session is for one VLEN.
-    @_session(name=f"test-{variant.name}", timed=True)
+    @_session(name=f"test-{variant.name}", timed=True, doc=docs["test"])
     def test(session: nox.Session) -> None:
         _test_vlen(session, variant, agnostic=False)
 
-    portable = ", for its RVV build and the portable one" if variant.vlen == vlens.portable_lane() else ""
-    test.__doc__ = f"Cross-build, then run the whole suite under qemu-riscv64 at {where}{portable}."
-
-    @_session(name=f"test-{variant.name}-agnostic", tags=["agnostic"], default=False, timed=True)
+    @_session(name=f"test-{variant.name}-agnostic", tags=["agnostic"], default=False, timed=True, doc=docs["agnostic"])
     def test_agnostic(session: nox.Session) -> None:
         _test_vlen(session, variant, agnostic=True)
 
-    test_agnostic.__doc__ = (f"As test-{variant.name} (its RVV build only), with tail/mask-agnostic lanes filled "
-                             "with ones (rvv_ta_all_1s/rvv_ma_all_1s), as real hardware may.")
-
-    @_session(name=f"shell-{variant.name}", default=False)
+    @_session(name=f"shell-{variant.name}", default=False, doc=docs["shell"])
     def shell(session: nox.Session) -> None:
-        _shell_vlen(session, variant)
+        if not session.posargs:
+            session.error(f"give a command after --, e.g. nox -s shell-{variant.name} -- python3 -c 'import rvv_attn'")
+        qemu_bin, root = steps.toolchain()
+        env = staged_guest_env(steps.stage_for(session, root, [variant]))
+        cmd = warm_targets.route(guest_command(qemu_bin, root, variant, session.posargs), env, report=log)
+        session.run(*cmd, env=env, include_outer_env=False, external=True)
 
-    shell.__doc__ = (f"Run any command given after -- in the emulated target at {where}, "
-                     "rvv_attn importable (e.g. -- python3 -m pytest other/tests -x).")
-
-    @_session(name=f"demo-{variant.name}", default=False)
+    @_session(name=f"demo-{variant.name}", default=False, doc=docs["demo"])
     def demo_session(session: nox.Session) -> None:
-        _demo_vlen(session, variant)
-
-    demo_session.__doc__ = (f"Generate with a small model (Llama; gpt-oss-like with -- --model=gpt-oss) through the "
-                            f"RVV and torch-native backends at {where}; options after -- (see -- --help).")
+        qemu_bin, root = steps.toolchain()
+        stage = steps.stage_for(session, root, [variant])
+        cmd, env = demo.demo_command(qemu_bin, root, stage, variant, session.posargs)
+        with Stopwatch(f"demo under QEMU at VLEN {variant.vlen} (importing torch alone takes ~20 s)"):
+            session.run(*cmd, env=env, include_outer_env=False, external=True)
 
 
 for _variant in vlens.variants():
@@ -220,16 +194,7 @@ def warm(session: nox.Session) -> None:
     --idle-timeout=900 (seconds without a request before a target exits)  --stop (stop every target).
     Without options: list the running targets. shell-vlenN, test-vlenN and repro use a matching one.
     """
-    opts = warm_targets.parse_posargs(session.posargs)
-    if opts.stop:
-        if not warm_targets.stop(report=log):
-            log("no warm target was running")
-    elif not opts.targets:
-        for line in warm_targets.status_lines():
-            log(line)
-    else:
-        qemu_bin, root = steps.toolchain()
-        warm_targets.start(opts.targets, qemu_bin, root, opts.idle_timeout, report=log)
+    warm_targets.run_session(session.posargs, report=log)
 
 
 @_session(default=False)
@@ -304,18 +269,10 @@ def bench_check(session: nox.Session) -> None:
     runner = bench_run.prepare(session)
     session.install("pytest>=8")
     steps.pytest_in_session(session, "bench-check", session.posargs or ["bench/tests"], runner.plugin_env())
-    rows = bench_run.run_all(runner, bench_cases.check_configs(), runner.guest_env(), 1, log)
-    doc = figures.document(rows, bench_run.run_meta(runner.qemu, 0.0))
-    (testrun.results_dir("bench-check") / "bench.json").write_text(json.dumps(doc, indent=1) + "\n")
-    print(render.detail_table(doc), file=sys.stderr)
-    figures.guard(figures.load_document(figures.BASELINE_FILE), doc, require_every_row=True, report=log)
+    bench_run.check(runner, testrun.results_dir("bench-check") / "bench.json")
 
 
 @_session(python=False, tags=["test"], default=False)
 def summary(session: nox.Session) -> None:
     """Print each session's wall time, then each test configuration's result and slowest files (last of -t test)."""
-    sessions = testrun.session_table(RUN_STARTED)
-    rows = testrun.summary_table(RUN_STARTED)
-    print("\n".join(["", "rvv-attn test summary:", "sessions, in the order they ran (wall time):",
-                     *(sessions or ["(no timed session ran in this invocation)"]),
-                     "configurations:", *(rows or ["(no test session ran in this invocation)"])]))
+    print("\n".join(steps.summary_lines(RUN_STARTED)))

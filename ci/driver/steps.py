@@ -8,11 +8,13 @@ session.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
 from . import build, host, qemu, release, sysroot, testrun
+from .errors import DriverError
 from .paths import BUILD_DIR
 from .proc import Stopwatch, log
 from .vlens import Variant, variants
@@ -27,6 +29,40 @@ class Session(Protocol):
     def run(self, *args: str, **kwargs: Any) -> Any: ...
 
     def install(self, *args: str, **kwargs: Any) -> Any: ...
+
+    def error(self, *args: Any) -> Any: ...
+
+
+@contextlib.contextmanager
+def reported_errors(session: Session) -> Iterator[None]:
+    """Turn the driver's errors into the session's error: the message and its hint, no traceback."""
+    try:
+        yield
+    except DriverError as err:
+        session.error(str(err))
+
+
+def vlen_session_docs(variant: Variant, portable_lane: bool) -> dict[str, str]:
+    """What ``nox -l`` says of the sessions of one VLEN: test, agnostic, shell and demo."""
+    where = f"VLEN {variant.vlen} ({variant.board})"
+    portable = ", for its RVV build and the portable one" if portable_lane else ""
+    return {
+        "test": f"Cross-build, then run the whole suite under qemu-riscv64 at {where}{portable}.",
+        "agnostic": f"As test-{variant.name} (its RVV build only), with tail/mask-agnostic lanes filled with ones "
+                    "(rvv_ta_all_1s/rvv_ma_all_1s), as real hardware may.",
+        "shell": f"Run any command given after -- in the emulated target at {where}, rvv_attn importable "
+                 "(e.g. -- python3 -m pytest other/tests -x).",
+        "demo": "Generate with a small model (Llama; gpt-oss-like with -- --model=gpt-oss) through the RVV and "
+                f"torch-native backends at {where}; options after -- (see -- --help).",
+    }
+
+
+def summary_lines(started: float) -> list[str]:
+    """The summary session's report: the wall time of each session and each configuration's result since
+    ``started``."""
+    return ["", "rvv-attn test summary:", "sessions, in the order they ran (wall time):",
+            *(testrun.session_table(started) or ["(no timed session ran in this invocation)"]),
+            "configurations:", *(testrun.summary_table(started) or ["(no test session ran in this invocation)"])]
 
 
 def toolchain() -> tuple[Path, Path]:

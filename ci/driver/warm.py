@@ -292,6 +292,22 @@ def running(warm_dir: Path = WARM_DIR) -> list[tuple[Target, dict]]:
     return found
 
 
+def run_session(posargs: Sequence[str], report: Callable[[str], None]) -> None:
+    """`nox -s warm`: start the targets asked for, stop them (--stop), or list the running ones."""
+    opts = parse_posargs(posargs)
+    if opts.stop:
+        if not stop(report=report):
+            report("no warm target was running")
+    elif not opts.targets:
+        for line in status_lines():
+            report(line)
+    else:
+        from .steps import toolchain  # steps imports this module (through testrun)
+
+        qemu_bin, root = toolchain()
+        start(opts.targets, qemu_bin, root, opts.idle_timeout, report=report)
+
+
 def status_lines(warm_dir: Path = WARM_DIR) -> list[str]:
     """What ``nox -s warm`` without options prints: the running targets and how to start or stop them."""
     found = running(warm_dir)

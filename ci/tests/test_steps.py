@@ -103,3 +103,42 @@ def test_warm_status_says_how_to_start_targets_when_none_runs(tmp_path):
 
 def test_a_driver_error_carries_its_hint_into_the_session_message():
     assert str(ConfigError("bad option", "use --jobs=N")) == "bad option\n  -> use --jobs=N"
+
+
+class Quit(Exception):
+    pass
+
+
+def test_reported_errors_turn_a_driver_error_into_the_sessions_error(session):
+    messages = []
+
+    def error(message):
+        messages.append(message)
+        raise Quit
+
+    session.error = error
+    with pytest.raises(Quit), steps.reported_errors(session):
+        raise ConfigError("bad option", "use --jobs=N")
+    assert messages == ["bad option\n  -> use --jobs=N"]
+    with pytest.raises(ValueError), steps.reported_errors(session):  # anything else is a bug: traceback
+        raise ValueError("bug")
+
+
+def test_each_vlen_session_says_where_it_runs():
+    variant = vlens.by_vlen(256)
+    docs = steps.vlen_session_docs(variant, portable_lane=True)
+    assert set(docs) == {"test", "agnostic", "shell", "demo"}
+    assert docs["test"].endswith(f"at VLEN 256 ({variant.board}), for its RVV build and the portable one.")
+    assert "portable" not in steps.vlen_session_docs(variant, portable_lane=False)["test"]
+    assert all("\n" not in doc for doc in docs.values())  # nox -l shows the first line
+
+
+def test_warm_without_options_lists_and_with_stop_stops(monkeypatch):
+    lines = []
+    monkeypatch.setattr(warm, "running", lambda warm_dir=None: [])
+    warm.run_session([], report=lines.append)
+    assert lines[0] == "no warm target is running"
+    monkeypatch.setattr(warm, "stop", lambda report: 0)
+    lines.clear()
+    warm.run_session(["--stop"], report=lines.append)
+    assert lines == ["no warm target was running"]

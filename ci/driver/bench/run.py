@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -17,8 +18,9 @@ from ..paths import BUILD_DIR, PROJECT_ROOT
 from ..proc import log
 from ..runner import staged_guest_env
 from ..vlens import Variant
-from .cases import Config
-from .figures import Row, document, parse_regions, rows_for
+from .cases import Config, check_configs
+from .figures import BASELINE_FILE, Row, document, guard, load_document, parse_regions, rows_for
+from .render import detail_table
 
 GUEST_SCRIPT = PROJECT_ROOT / "bench" / "guest.py"
 
@@ -123,3 +125,13 @@ def run_meta(qemu: Path, seconds: float) -> dict:
     dirty = "+changes" if git("status", "--porcelain", "--untracked-files=no") else ""
     return {"commit": git("rev-parse", "--short", "HEAD") + dirty, "qemu": qemu_version(qemu),
             "threads": 1, "wall_seconds": round(seconds), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+
+
+def check(runner: Runner, out: Path) -> None:
+    """The guard's subset of `nox -t test`: measure it, write ``out`` (bench.json), print its figures, and fail
+    if a figure grew or a row has no baseline."""
+    rows = run_all(runner, check_configs(), runner.guest_env(), 1, log)
+    doc = document(rows, run_meta(runner.qemu, 0.0))
+    out.write_text(json.dumps(doc, indent=1) + "\n")
+    print(detail_table(doc), file=sys.stderr)
+    guard(load_document(BASELINE_FILE), doc, require_every_row=True, report=log)
