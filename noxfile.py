@@ -21,13 +21,14 @@ import nox
 
 sys.path.insert(0, str(Path(__file__).parent / "ci"))
 
-from driver import build, ci_matrix, demo, host, install_test, lint, matrix, qemu, release  # noqa: E402
-from driver import repro, steps, testrun, vlens  # noqa: E402
-from driver import warm as warm_targets  # noqa: E402
-from driver.bench import cases as bench_cases, figures, render, run as bench_run  # noqa: E402
-from driver.paths import BUILD_DIR, PROJECT_ROOT  # noqa: E402
-from driver.proc import Stopwatch, log  # noqa: E402
-from driver.runner import guest_command, staged_guest_env  # noqa: E402
+from driver import build, ci_matrix, demo, host, install_test, lint, matrix, qemu, release, repro, steps, testrun, vlens
+from driver import warm as warm_targets
+from driver.bench import cases as bench_cases
+from driver.bench import figures, render
+from driver.bench import run as bench_run
+from driver.paths import BUILD_DIR, PROJECT_ROOT
+from driver.proc import Stopwatch, log
+from driver.runner import guest_command, staged_guest_env
 
 nox.options.sessions = ["test-host"]
 nox.options.reuse_existing_virtualenvs = True
@@ -244,7 +245,7 @@ def pin_qemu(session: nox.Session) -> None:
 
 @_session(name="bench", default=False)
 def bench_session(session: nox.Session) -> None:
-    """Count instructions of every kernel at every VLEN (and torch's SDPA); write build/results/bench, check the baseline.
+    """Count instructions of every kernel at every VLEN and torch's SDPA; write build/results/bench, check the baseline.
 
     Options: --update-baseline (this run becomes bench/baseline.json, its renderings in bench/results and the
     tables of docs/benchmarks.md), --jobs=N (emulated processes at once; default: the number of cores),

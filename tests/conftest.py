@@ -25,8 +25,8 @@ from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, settings
-from hypothesis import core as hypothesis_core
 from hypothesis import __version__ as hypothesis_version
+from hypothesis import core as hypothesis_core
 
 _SEED = pytest.StashKey[int]()
 _DESELECTED = pytest.StashKey[int]()

@@ -126,7 +126,7 @@ def test_rvv_and_torch_native_give_the_same_greedy_tokens_in_float32():
 def test_rvv_and_torch_native_logits_agree_in_half_precision(dtype):
     rvv = generate(make_engine("rvv", dtype, max_running=3), prompts(LENS), NEW)
     native = generate(make_engine("torch_native", dtype, max_running=3), prompts(LENS), NEW)
-    largest = max(l.abs().max().item() for r in native.values() for l in r.logits)
+    largest = max(logits.abs().max().item() for r in native.values() for logits in r.logits)
     mantissa_bits = {torch.bfloat16: 7, torch.float16: 10}[dtype]
     ulp = 2.0 ** (math.floor(math.log2(largest)) - mantissa_bits)
     assert_logits_close(rvv, native, ULPS_ALLOWED * ulp)

@@ -14,7 +14,6 @@ import pytest
 import torch
 
 import opcall
-import rvv_attn
 from reference import decode_attention_options as reference_decode
 from reference import extend_attention_options as reference_extend
 from tolerances import assert_close_to_reference

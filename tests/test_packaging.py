@@ -10,8 +10,9 @@ from importlib import metadata
 from pathlib import Path
 
 import pytest
-import rvv_attn
 import torch
+
+import rvv_attn
 from rvv_attn._torch_guard import check_torch_version, major_minor
 
 EXPECTED_VARIANT = os.environ.get("RVV_ATTN_EXPECT_VARIANT", "")

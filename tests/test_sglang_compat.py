@@ -19,7 +19,6 @@ import pytest
 import torch
 
 import opcall
-import rvv_attn
 from reference import decode_attention as reference_decode
 from reference import dequantize_int8, quantize_int8
 from reference import extend_attention as reference_extend

@@ -367,7 +367,7 @@ def test_bad_options_are_refused_before_anything_is_written():
         "cross attention with a window": (dict(is_cross_attn=True, encoder_lens=t.encoder_lens,
                                                sliding_window_size=4), r"a sliding window applies to self attention"),
     }
-    for what, (options, match) in cases.items():
+    for options, match in cases.values():
         args = decode_args(t, **options)
         args["loc"] = torch.tensor(t.spare[:2])  # valid slots whatever the options claim
         _refused("decode_attention_cpu", args, match)

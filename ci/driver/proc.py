@@ -56,7 +56,7 @@ class Stopwatch:
     def __init__(self, what: str) -> None:
         self.what = what
 
-    def __enter__(self) -> "Stopwatch":
+    def __enter__(self) -> Stopwatch:
         self.start = time.monotonic()
         log(f"{self.what} ...")
         return self

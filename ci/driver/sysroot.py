@@ -53,7 +53,7 @@ class Manifest:
     packages: tuple[str, ...]
 
     @classmethod
-    def load(cls, path: Path = MANIFEST_FILE) -> "Manifest":
+    def load(cls, path: Path = MANIFEST_FILE) -> Manifest:
         data = json.loads(path.read_text())
         return cls(data["suite"], data["arch"], tuple(data["packages"]))
 
@@ -231,7 +231,8 @@ def _build(manifest: Manifest, root: Path, key: str, qemu: Path) -> Path:
         # As root, mmdebstrap needs no user namespaces (which some hosts, e.g.
         # Ubuntu 24.04 with AppArmor, forbid); the tree is handed back after.
         run([*(prefix or []), *mmdebstrap_command(manifest, archive_url, partial)], stream=True,
-            hint="mmdebstrap needs root, passwordless sudo or unprivileged user namespaces; see README, Troubleshooting")
+            hint="mmdebstrap needs root, passwordless sudo or unprivileged user namespaces; "
+                 "see README, Troubleshooting")
         if prefix:
             run([*prefix, "chown", "-R", f"{os.getuid()}:{os.getgid()}", str(partial)])
         versions = take_deb_versions(partial)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
 from driver import install_test
 from driver.errors import ConfigError
 from driver.vlens import Variant, variants

@@ -6,6 +6,7 @@ import stat
 from pathlib import Path
 
 import pytest
+
 from driver import lint
 from driver.errors import ConfigError, DriverError
 

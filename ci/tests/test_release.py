@@ -1,4 +1,4 @@
-"""The release artefacts: wheel names and tags, auditwheel's arguments, the sdist sync, the checks, the version scheme."""
+"""The release artefacts: wheel names and tags, auditwheel's arguments, the sdist sync, the checks, the versions."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+
 from driver import release
 from driver.errors import DriverError
 

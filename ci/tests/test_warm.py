@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from driver import build, warm, vlens
+from driver import build, vlens, warm
 from driver.errors import ConfigError
 
 CPU = vlens.by_vlen(256).qemu_cpu()

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import yaml
+
 from driver import ci_matrix, install_test, vlens
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -242,7 +242,8 @@ def report(runs: list[BackendRun], args: argparse.Namespace) -> bool:
         base = runs[-1]
         for r in runs[:-1]:
             ra, ba = r.attention_seconds, base.attention_seconds
-            print(f"  {r.name} vs {base.name}, speed ratio: prefill {base.prefill_seconds / max(r.prefill_seconds, 1e-9):.2f}x "
+            print(f"  {r.name} vs {base.name}, speed ratio: "
+                f"prefill {base.prefill_seconds / max(r.prefill_seconds, 1e-9):.2f}x "
                   f"(attention alone {ba[ForwardMode.EXTEND] / max(ra[ForwardMode.EXTEND], 1e-9):.2f}x), "
                   f"decode {base.decode_seconds / max(r.decode_seconds, 1e-9):.2f}x "
                   f"(attention alone {ba[ForwardMode.DECODE] / max(ra[ForwardMode.DECODE], 1e-9):.2f}x)")
