@@ -85,8 +85,12 @@ def test_toolchain(session: nox.Session) -> None:
     qemu_bin, root = steps.toolchain()
     wheel_path = steps.cross_build(session, root)
     session.install("pytest>=8")
-    env = {"RVV_ATTN_QEMU": str(qemu_bin), "RVV_ATTN_SYSROOT": str(root), "RVV_ATTN_WHEEL": str(wheel_path),
-           "RVV_ATTN_CROSS_BUILD": str(BUILD_DIR / "riscv64")}
+    env = {
+        "RVV_ATTN_QEMU": str(qemu_bin),
+        "RVV_ATTN_SYSROOT": str(root),
+        "RVV_ATTN_WHEEL": str(wheel_path),
+        "RVV_ATTN_CROSS_BUILD": str(BUILD_DIR / "riscv64"),
+    }
     steps.pytest_in_session(session, "test-toolchain", session.posargs or ["ci/toolchain_tests"], env)
 
 
@@ -102,8 +106,9 @@ def _test_vlen(session: nox.Session, variant: vlens.Variant, agnostic: bool) -> 
     qemu_bin, root = steps.toolchain()
     stage = steps.stage_for(session, root, [variant])
     label = f"test-{variant.name}" + ("-agnostic" if agnostic else "")
-    code, outcome = testrun.run_emulated_pytest(qemu_bin, root, stage, variant, session.posargs or ["tests"],
-                                                agnostic_ones=agnostic, label=label)
+    code, outcome = testrun.run_emulated_pytest(
+        qemu_bin, root, stage, variant, session.posargs or ["tests"], agnostic_ones=agnostic, label=label
+    )
     testrun.print_summary(label, code, outcome)
     if code != 0:
         session.error(f"{label}: pytest exited with {code}; JUnit XML and summary in {testrun.results_dir(label)}")
@@ -156,9 +161,11 @@ def test_emulated(session: nox.Session) -> None:
     qemu_bin, root = steps.toolchain()
     stage = steps.stage_for(session, root, sorted({c.variant for c in opts.configs}, key=lambda v: v.vlen))
     jobs = opts.jobs or matrix.default_jobs()
-    log(f"running {len(opts.configs)} emulated configurations, {jobs} at a time; each one's log, JUnit XML and "
+    log(
+        f"running {len(opts.configs)} emulated configurations, {jobs} at a time; each one's log, JUnit XML and "
         f"summary in build/results/test-<configuration>/; variant-independent tests at VLEN "
-        f"{vlens.variant_independent_lane()} only")
+        f"{vlens.variant_independent_lane()} only"
+    )
     log(repro.warm_report(opts.configs))
     started = time.monotonic()
     results = matrix.run(opts.configs, matrix.command_factory(qemu_bin, root, stage, opts.pytest_args), jobs, log)
@@ -255,8 +262,9 @@ def bench_session(session: nox.Session) -> None:
     opts = bench_cases.parse_posargs(session.posargs)
     session.install("matplotlib")
     runner = bench_run.prepare(session)
-    doc = bench_run.measure(runner, bench_cases.select(bench_cases.full_configs(), opts.only),
-                            opts.jobs or os.cpu_count() or 1)
+    doc = bench_run.measure(
+        runner, bench_cases.select(bench_cases.full_configs(), opts.only), opts.jobs or os.cpu_count() or 1
+    )
     render.write_run(session, doc, testrun.results_dir("bench"))
     if opts.update_baseline:
         render.update_baseline(session, figures.updated_baseline(doc, opts.only))

@@ -20,8 +20,11 @@ from reference import quantize_int8
 from tolerances import TOLERANCES
 
 
-@pytest.mark.parametrize("scale,dtype", [(0.001, torch.float32), (0.01, torch.bfloat16), (0.1, torch.float16),
-                                         (0.01, torch.float32)], ids=str)
+@pytest.mark.parametrize(
+    "scale,dtype",
+    [(0.001, torch.float32), (0.01, torch.bfloat16), (0.1, torch.float16), (0.01, torch.float32)],
+    ids=str,
+)
 def test_decode_static_scales(kernel_variant, scale, dtype):
     t = int8_decode([1, 40, 70], 8, 2, 64, 48, dtype, scale, scale, seed=1)
     t.check()
@@ -41,8 +44,7 @@ def test_decode_dynamic_rows_of_different_magnitudes_and_zero_rows(kernel_varian
 @pytest.mark.parametrize("k_scale,v_scale", [(0.02, DYN), (DYN, 0.02)], ids=["staticK-dynV", "dynK-staticV"])
 @pytest.mark.parametrize("new_int8", [False, True], ids=["float-new", "int8-new"])
 def test_decode_mixed_modes(kernel_variant, k_scale, v_scale, new_int8):
-    t = int8_decode([5, 37], 6, 2, 32, 24, torch.bfloat16, k_scale, v_scale, new_int8=new_int8, magnitudes=True,
-                    seed=3)
+    t = int8_decode([5, 37], 6, 2, 32, 24, torch.bfloat16, k_scale, v_scale, new_int8=new_int8, magnitudes=True, seed=3)
     t.check()
     # The static side's buffer stays all NaN (never read, never written).
     static = t.k_scale_buf if not is_dynamic(k_scale) else t.v_scale_buf
@@ -79,18 +81,44 @@ def test_quantization_rounds_half_to_even_and_clamps(kernel_variant):
 
 
 EXTEND_SHAPES = {
-    "static 0.001 f32 GQA": (ExtendCase(prefix=[20, 0, 37], extend=[12, 9, 1], heads=8, heads_kv=2, head_dim=64,
-                                        head_dim_v=48), 0.001, 0.001),
-    "static 0.01 bf16 MHA": (ExtendCase(prefix=[6, 2], extend=[11, 4], heads=2, heads_kv=2, dtype=torch.bfloat16,
-                                        map_dtype=torch.int32), 0.01, 0.01),
-    "static 0.1 f16 MQA": (ExtendCase(prefix=[30], extend=[19], heads=4, heads_kv=1, head_dim=40, head_dim_v=24,
-                                      dtype=torch.float16), 0.1, 0.1),
-    "dynamic f32 GQA": (ExtendCase(prefix=[13, 0, 70], extend=[9, 21, 33], heads=6, heads_kv=3, head_dim=48,
-                                   head_dim_v=40), DYN, DYN),
-    "dynamic bf16 MHA strided": (ExtendCase(prefix=[10, 4], extend=[6, 13], heads=3, heads_kv=3, strided=True,
-                                            dtype=torch.bfloat16, map_dtype=torch.int32), DYN, DYN),
-    "dynamic f16 D7": (ExtendCase(prefix=[17], extend=[23], heads=2, heads_kv=1, head_dim=7, head_dim_v=3,
-                                  dtype=torch.float16), DYN, DYN),
+    "static 0.001 f32 GQA": (
+        ExtendCase(prefix=[20, 0, 37], extend=[12, 9, 1], heads=8, heads_kv=2, head_dim=64, head_dim_v=48),
+        0.001,
+        0.001,
+    ),
+    "static 0.01 bf16 MHA": (
+        ExtendCase(prefix=[6, 2], extend=[11, 4], heads=2, heads_kv=2, dtype=torch.bfloat16, map_dtype=torch.int32),
+        0.01,
+        0.01,
+    ),
+    "static 0.1 f16 MQA": (
+        ExtendCase(prefix=[30], extend=[19], heads=4, heads_kv=1, head_dim=40, head_dim_v=24, dtype=torch.float16),
+        0.1,
+        0.1,
+    ),
+    "dynamic f32 GQA": (
+        ExtendCase(prefix=[13, 0, 70], extend=[9, 21, 33], heads=6, heads_kv=3, head_dim=48, head_dim_v=40),
+        DYN,
+        DYN,
+    ),
+    "dynamic bf16 MHA strided": (
+        ExtendCase(
+            prefix=[10, 4],
+            extend=[6, 13],
+            heads=3,
+            heads_kv=3,
+            strided=True,
+            dtype=torch.bfloat16,
+            map_dtype=torch.int32,
+        ),
+        DYN,
+        DYN,
+    ),
+    "dynamic f16 D7": (
+        ExtendCase(prefix=[17], extend=[23], heads=2, heads_kv=1, head_dim=7, head_dim_v=3, dtype=torch.float16),
+        DYN,
+        DYN,
+    ),
     "static K dynamic V": (ExtendCase(prefix=[21, 5], extend=[9, 14], dtype=torch.bfloat16), 0.02, DYN),
     "dynamic K static V": (ExtendCase(prefix=[21, 5], extend=[9, 14], dtype=torch.float16), DYN, 0.02),
 }
@@ -105,8 +133,7 @@ def test_extend_matches_reference(kernel_variant, name):
 
 @pytest.mark.parametrize("k_scale,v_scale", [(DYN, DYN), (0.05, DYN), (DYN, 0.05)], ids=["dyn", "staticK", "staticV"])
 def test_extend_int8_inputs_are_copied_with_caller_scales(kernel_variant, k_scale, v_scale):
-    t = int8_extend(ExtendCase(prefix=[7, 0], extend=[5, 18], seed=3), k_scale, v_scale, new_int8=True,
-                    magnitudes=True)
+    t = int8_extend(ExtendCase(prefix=[7, 0], extend=[5, 18], seed=3), k_scale, v_scale, new_int8=True, magnitudes=True)
     t.check()
 
 
@@ -115,25 +142,43 @@ def test_extend_logit_cap_is_applied(kernel_variant, dtype):
     # sm_scale 0.5 on D = 64: scores of a few units, which a cap of 2 bends. (Not 1.0: the dynamic K
     # scale multiplies each float32 score once more, an extra rounding of |score| * 2^-24 that the
     # float32 atol of tolerances.py only absorbs for scores up to ~10.)
-    base = ExtendCase(prefix=[21, 0], extend=[9, 14], head_dim=64, head_dim_v=16, dtype=dtype, sm_scale=0.5,
-                      logit_cap=2.0)
+    base = ExtendCase(
+        prefix=[21, 0], extend=[9, 14], head_dim=64, head_dim_v=16, dtype=dtype, sm_scale=0.5, logit_cap=2.0
+    )
     capped = int8_extend(base, DYN, 0.03).check()
     plain = int8_extend(base, DYN, 0.03).check(o_extend=torch.full_like(capped, SENTINEL), logit_cap=0.0)
     assert (capped.double() - plain.double()).abs().max() > 0.1, "the cap did not change the result"
 
 
-@pytest.mark.parametrize("dtype,k_scale,v_scale,logit_cap", [(torch.float32, DYN, DYN, 0.0),
-                                                             (torch.bfloat16, 0.02, DYN, 1.5),
-                                                             (torch.float16, DYN, 0.02, 0.0)], ids=str)
+@pytest.mark.parametrize(
+    "dtype,k_scale,v_scale,logit_cap",
+    [(torch.float32, DYN, DYN, 0.0), (torch.bfloat16, 0.02, DYN, 1.5), (torch.float16, DYN, 0.02, 0.0)],
+    ids=str,
+)
 def test_extend_one_token_on_a_prefix_equals_decode(kernel_variant, dtype, k_scale, v_scale, logit_cap):
     """Extending by one int8 token is a decode step: both write the same int8 row and agree on the output.
 
     (With a float token the two differ by design: extend attends the float
     values, decode the cache's; see test_sglang_compat.py.)
     """
-    t = int8_extend(ExtendCase(prefix=[37, 1, 80], extend=[1, 1, 1], heads=6, heads_kv=2, head_dim=40, head_dim_v=24,
-                               dtype=dtype, logit_cap=logit_cap, sm_scale=0.5, seed=5), k_scale, v_scale,
-                    new_int8=True, magnitudes=True)
+    t = int8_extend(
+        ExtendCase(
+            prefix=[37, 1, 80],
+            extend=[1, 1, 1],
+            heads=6,
+            heads_kv=2,
+            head_dim=40,
+            head_dim_v=24,
+            dtype=dtype,
+            logit_cap=logit_cap,
+            sm_scale=0.5,
+            seed=5,
+        ),
+        k_scale,
+        v_scale,
+        new_int8=True,
+        magnitudes=True,
+    )
     a = t.case.inputs
     rows, slots = t.new_slots()
     k0, v0, ks0, vs0 = a["k_buffer"].clone(), a["v_buffer"].clone(), t.k_scale_buf.clone(), t.v_scale_buf.clone()
@@ -141,10 +186,30 @@ def test_extend_one_token_on_a_prefix_equals_decode(kernel_variant, dtype, k_sca
     decoded = torch.full((len(rows), a["q_extend"].shape[1], a["v_extend"].shape[2]), SENTINEL, dtype=dtype)
     from cases.decode import DECODE_ARGS
 
-    args = dict(zip(DECODE_ARGS + ("k_scale_buf", "v_scale_buf", "k_scale", "v_scale"), (
-        a["q_extend"][rows], k0, v0, decoded, a["k_extend"][rows], a["v_extend"][rows], torch.tensor(slots),
-        torch.zeros(len(rows), decoded.shape[1], 3, decoded.shape[2] + 1), a["req_to_token"], a["req_pool_indices"],
-        a["seq_lens"], a["sm_scale"], logit_cap, ks0, vs0, k_scale, v_scale)))
+    args = dict(
+        zip(
+            DECODE_ARGS + ("k_scale_buf", "v_scale_buf", "k_scale", "v_scale"),
+            (
+                a["q_extend"][rows],
+                k0,
+                v0,
+                decoded,
+                a["k_extend"][rows],
+                a["v_extend"][rows],
+                torch.tensor(slots),
+                torch.zeros(len(rows), decoded.shape[1], 3, decoded.shape[2] + 1),
+                a["req_to_token"],
+                a["req_pool_indices"],
+                a["seq_lens"],
+                a["sm_scale"],
+                logit_cap,
+                ks0,
+                vs0,
+                k_scale,
+                v_scale,
+            ),
+        )
+    )
     call_int8(DECODE, args, slots)
     # Same int8 rows and scales written by both operators.
     assert torch.equal(k0, a["k_buffer"]) and torch.equal(v0, a["v_buffer"])
@@ -167,8 +232,9 @@ ACCURACY_BOUND = 0.05
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=str)
 def test_int8_attention_is_close_to_the_float_cache(kernel_variant, dtype):
-    case = ExtendCase(prefix=[200, 64], extend=[16, 40], heads=8, heads_kv=2, head_dim=64, head_dim_v=64, dtype=dtype,
-                      seed=11).build()
+    case = ExtendCase(
+        prefix=[200, 64], extend=[16, 40], heads=8, heads_kv=2, head_dim=64, head_dim_v=64, dtype=dtype, seed=11
+    ).build()
     a = case.inputs
     float_out = a["o_extend"].clone()
     case.run(o_extend=float_out)
@@ -178,9 +244,12 @@ def test_int8_attention_is_close_to_the_float_cache(kernel_variant, dtype):
     vq, t.v_scale_buf = quantize_int8(a["v_buffer"], None)
     slots_used = a["k_buffer"].shape[0]
     pad = sum(case.extend)
-    t.case.inputs = dict(a, k_buffer=torch.cat([kq, torch.zeros((pad,) + kq.shape[1:], dtype=torch.int8)]),
-                         v_buffer=torch.cat([vq, torch.zeros((pad,) + vq.shape[1:], dtype=torch.int8)]),
-                         req_to_token=a["req_to_token"].clone())
+    t.case.inputs = dict(
+        a,
+        k_buffer=torch.cat([kq, torch.zeros((pad,) + kq.shape[1:], dtype=torch.int8)]),
+        v_buffer=torch.cat([vq, torch.zeros((pad,) + vq.shape[1:], dtype=torch.int8)]),
+        req_to_token=a["req_to_token"].clone(),
+    )
     t.k_scale_buf = torch.cat([t.k_scale_buf, torch.ones(pad, case.heads_kv)])
     t.v_scale_buf = torch.cat([t.v_scale_buf, torch.ones(pad, case.heads_kv)])
     nxt = slots_used
@@ -192,8 +261,10 @@ def test_int8_attention_is_close_to_the_float_cache(kernel_variant, dtype):
     int8_out = t.check()
     owned = t.new_slots()[0]
     err = (int8_out[owned].double() - float_out[owned].double()).abs().max().item()
-    print(f"\nint8 vs float cache, {dtype}: max abs error {err:.3e} (|out| max "
-          f"{float_out[owned].double().abs().max().item():.2f})")
+    print(
+        f"\nint8 vs float cache, {dtype}: max abs error {err:.3e} (|out| max "
+        f"{float_out[owned].double().abs().max().item():.2f})"
+    )
     assert 0 < err < ACCURACY_BOUND
 
 
@@ -213,6 +284,7 @@ def _bad_scale_in_slot(which: str, value: float):
         slot = _read_slot(t)
         getattr(t, f"{which}_scale_buf")[slot, 1] = value
         return {}, rf"{which}_scale_buf\[{slot}, 1\] = {value:g} is not a finite scale > 0.*slot {slot}, KV head 1"
+
     return mutate
 
 
@@ -225,26 +297,55 @@ DECODE_BAD = {
     "zero v scale in a read slot": _bad_scale_in_slot("v", 0.0),
     "negative k scale in a read slot": _bad_scale_in_slot("k", -1.0),
     "infinite v scale in a read slot": _bad_scale_in_slot("v", float("inf")),
-    "float cache": (lambda t: ({"k_buffer": t.case.k_buffer.float(), "v_buffer": t.case.v_buffer.float()},
-                               r"k_buffer has dtype Float; this operator needs an int8 KV cache")),
+    "float cache": (
+        lambda t: (
+            {"k_buffer": t.case.k_buffer.float(), "v_buffer": t.case.v_buffer.float()},
+            r"k_buffer has dtype Float; this operator needs an int8 KV cache",
+        )
+    ),
     "int8 k only": (lambda t: ({"v_buffer": t.case.v_buffer.float()}, r"v_buffer has dtype Float; this operator")),
-    "scale buffer float64": (lambda t: ({"k_scale_buf": t.k_scale_buf.double()},
-                                        r"k_scale_buf must have dtype float32, got Double")),
-    "scale buffer too short": (lambda t: ({"v_scale_buf": t.v_scale_buf[:-1]},
-                                          r"v_scale_buf.size\(0\) = \d+ but v_buffer.size\(0\) \(max_total_tokens\)")),
-    "scale buffer wrong heads": (lambda t: ({"k_scale_buf": t.k_scale_buf[:, :1]},
-                                            r"k_scale_buf.size\(1\) = 1 but k_buffer.size\(1\) \(H_kv\) is 2")),
+    "scale buffer float64": (
+        lambda t: ({"k_scale_buf": t.k_scale_buf.double()}, r"k_scale_buf must have dtype float32, got Double")
+    ),
+    "scale buffer too short": (
+        lambda t: (
+            {"v_scale_buf": t.v_scale_buf[:-1]},
+            r"v_scale_buf.size\(0\) = \d+ but v_buffer.size\(0\) \(max_total_tokens\)",
+        )
+    ),
+    "scale buffer wrong heads": (
+        lambda t: (
+            {"k_scale_buf": t.k_scale_buf[:, :1]},
+            r"k_scale_buf.size\(1\) = 1 but k_buffer.size\(1\) \(H_kv\) is 2",
+        )
+    ),
     "scale buffer 1-D": (lambda t: ({"k_scale_buf": t.k_scale_buf[:, 0]}, r"k_scale_buf must be 2-D")),
-    "new key float64": (lambda t: ({"key": t.case.key.double(), "value": t.case.value.double()},
-                                   r"key has dtype Double but query has Float")),
-    "key int8, value float": (lambda t: ({"key": t.case.key.to(torch.int8)},
-                                         r"value has dtype Float but key has Char")),
-    "non-finite new key": (lambda t: ({"key": t.case.key.clone().index_put_((torch.tensor([1]), torch.tensor([0]),
-                                                                             torch.tensor([3])), torch.tensor(NAN))},
-                                      r"key\[1, 0, 3\] = nan is not finite")),
+    "new key float64": (
+        lambda t: (
+            {"key": t.case.key.double(), "value": t.case.value.double()},
+            r"key has dtype Double but query has Float",
+        )
+    ),
+    "key int8, value float": (
+        lambda t: ({"key": t.case.key.to(torch.int8)}, r"value has dtype Float but key has Char")
+    ),
+    "non-finite new key": (
+        lambda t: (
+            {
+                "key": t.case.key.clone().index_put_(
+                    (torch.tensor([1]), torch.tensor([0]), torch.tensor([3])), torch.tensor(NAN)
+                )
+            },
+            r"key\[1, 0, 3\] = nan is not finite",
+        )
+    ),
     "loc past the cache": (lambda t: ({"loc": torch.tensor([1, 10**6])}, r"loc\[1\] = 1000000 is outside")),
-    "map entry past the cache": (lambda t: (t.case.req_to_token.__setitem__((int(t.case.req_pool_indices[1]), 2), 999)
-                                            or {}, r"req_to_token\[\d+, 2\] = 999 is outside the KV cache")),
+    "map entry past the cache": (
+        lambda t: (
+            t.case.req_to_token.__setitem__((int(t.case.req_pool_indices[1]), 2), 999) or {},
+            r"req_to_token\[\d+, 2\] = 999 is outside the KV cache",
+        )
+    ),
     "nan sm_scale": (lambda t: ({"sm_scale": NAN}, r"sm_scale must be finite")),
 }
 
@@ -291,8 +392,11 @@ def test_a_bad_scale_anywhere_in_a_long_sequence_is_found(kernel_variant, which,
         buf[slots[0], head] = NAN
         if second is not None:
             buf[slots[1], 0] = 0.0
-        with pytest.raises(RuntimeError, match=rf"{which}_scale_buf\[{slots[0]}, {head}\] = nan is not a finite "
-                                               rf"scale > 0.*req_to_token\[{row}, {first}\], sequence 1\)"):
+        with pytest.raises(
+            RuntimeError,
+            match=rf"{which}_scale_buf\[{slots[0]}, {head}\] = nan is not a finite "
+            rf"scale > 0.*req_to_token\[{row}, {first}\], sequence 1\)",
+        ):
             t.run()
         buf[slots] = saved
     t.check()  # every scale restored: the same call is accepted and correct
@@ -313,8 +417,11 @@ def test_the_extreme_usable_scales_are_accepted(kernel_variant):
 def test_float_operators_refuse_an_int8_cache(kernel_variant):
     t = _valid_decode()
     c = t.case
-    with pytest.raises(RuntimeError, match=r"rvv_attn.decode_attention_cpu: k_buffer is an int8 KV cache.*"
-                                           r"decode_attention_int8_cpu"):
+    with pytest.raises(
+        RuntimeError,
+        match=r"rvv_attn.decode_attention_cpu: k_buffer is an int8 KV cache.*"
+        r"decode_attention_int8_cpu",
+    ):
         c.run()  # through opcall: a rejected call changes nothing
     e = int8_extend(ExtendCase(prefix=[6, 3], extend=[4, 5]), DYN, DYN)
     with pytest.raises(RuntimeError, match=r"rvv_attn.extend_attention_cpu: k_buffer is an int8 KV cache"):
@@ -341,25 +448,53 @@ def _extend_dup_slot(t: Int8Extend):
 EXTEND_BAD = {
     "zero v_scale": (lambda t: ({"v_scale": 0.0}, r"v_scale = 0 is not a valid scale")),
     "negative k_scale": (lambda t: ({"k_scale": -1.0}, r"k_scale = -1 is not a valid scale")),
-    "NaN scale in a prefix slot": (lambda t: (t.k_scale_buf.__setitem__((_extend_read_slot(t), 0), NAN) or {},
-                                              rf"k_scale_buf\[{_extend_read_slot(t)}, 0\] = nan is not a finite")),
-    "float cache": (lambda t: ({"k_buffer": t.case.inputs["k_buffer"].float()},
-                               r"k_buffer has dtype Float; this operator needs an int8 KV cache")),
-    "scale buffer wrong dtype": (lambda t: ({"v_scale_buf": t.v_scale_buf.half()},
-                                            r"v_scale_buf must have dtype float32, got Half")),
-    "scale buffer wrong heads": (lambda t: ({"v_scale_buf": t.v_scale_buf[:, :1]},
-                                            r"v_scale_buf.size\(1\) = 1 but v_buffer.size\(1\) \(H_kv\) is 2")),
-    "new keys bf16": (lambda t: ({"k_extend": t.case.inputs["k_extend"].bfloat16(),
-                                  "v_extend": t.case.inputs["v_extend"].bfloat16()},
-                                 r"k_extend has dtype BFloat16 but q_extend has Float")),
-    "inf in a new value": (lambda t: ({"v_extend": t.case.inputs["v_extend"].clone().index_fill_(0, torch.tensor(
-        [int(t.case.inputs["extend_start_loc"][1])]), float("inf"))}, r"v_extend\[\d+, 0, 0\] = inf is not finite")),
+    "NaN scale in a prefix slot": (
+        lambda t: (
+            t.k_scale_buf.__setitem__((_extend_read_slot(t), 0), NAN) or {},
+            rf"k_scale_buf\[{_extend_read_slot(t)}, 0\] = nan is not a finite",
+        )
+    ),
+    "float cache": (
+        lambda t: (
+            {"k_buffer": t.case.inputs["k_buffer"].float()},
+            r"k_buffer has dtype Float; this operator needs an int8 KV cache",
+        )
+    ),
+    "scale buffer wrong dtype": (
+        lambda t: ({"v_scale_buf": t.v_scale_buf.half()}, r"v_scale_buf must have dtype float32, got Half")
+    ),
+    "scale buffer wrong heads": (
+        lambda t: (
+            {"v_scale_buf": t.v_scale_buf[:, :1]},
+            r"v_scale_buf.size\(1\) = 1 but v_buffer.size\(1\) \(H_kv\) is 2",
+        )
+    ),
+    "new keys bf16": (
+        lambda t: (
+            {"k_extend": t.case.inputs["k_extend"].bfloat16(), "v_extend": t.case.inputs["v_extend"].bfloat16()},
+            r"k_extend has dtype BFloat16 but q_extend has Float",
+        )
+    ),
+    "inf in a new value": (
+        lambda t: (
+            {
+                "v_extend": t.case.inputs["v_extend"]
+                .clone()
+                .index_fill_(0, torch.tensor([int(t.case.inputs["extend_start_loc"][1])]), float("inf"))
+            },
+            r"v_extend\[\d+, 0, 0\] = inf is not finite",
+        )
+    ),
     "repeated new-token slot": _extend_dup_slot,
-    "new-token slot past the cache": (lambda t: (t.case.inputs["req_to_token"].__setitem__(
-        (int(t.case.inputs["req_pool_indices"][0]), 6 + 1), 10**5) or {},
-        r"req_to_token\[\d+, 7\] = 100000 is outside the KV cache")),
-    "extend longer than the sequence": (lambda t: ({"extend_seq_lens": torch.tensor([4, 9])},
-                                        r"extend_seq_lens\[1\] = 9 exceeds seq_lens\[1\] = 8")),
+    "new-token slot past the cache": (
+        lambda t: (
+            t.case.inputs["req_to_token"].__setitem__((int(t.case.inputs["req_pool_indices"][0]), 6 + 1), 10**5) or {},
+            r"req_to_token\[\d+, 7\] = 100000 is outside the KV cache",
+        )
+    ),
+    "extend longer than the sequence": (
+        lambda t: ({"extend_seq_lens": torch.tensor([4, 9])}, r"extend_seq_lens\[1\] = 9 exceeds seq_lens\[1\] = 8")
+    ),
 }
 
 

@@ -43,19 +43,27 @@ def tool_checks(root: Path, venv_bin: Path) -> list[Check]:
     """The checks that run a tool: ruff (lint and format), clang-format, actionlint."""
     ruff = str(venv_bin / "ruff")
     return [
-        Check("ruff check", [ruff, "check", "--output-format=concise", str(root)],
-              "ruff check --fix . (then review the diff)"),
+        Check(
+            "ruff check",
+            [ruff, "check", "--output-format=concise", str(root)],
+            "ruff check --fix . (then review the diff)",
+        ),
         Check("ruff format", [ruff, "format", "--check", "--output-format=concise", str(root)], "ruff format ."),
-        Check("clang-format", [CLANG_FORMAT, "--dry-run", "--Werror", *map(str, c_sources(root))],
-              f"{CLANG_FORMAT} -i $(git ls-files {' '.join(C_FOLDERS)} | grep -E '\\.(c|cc|cpp|h|hpp)$')"),
+        Check(
+            "clang-format",
+            [CLANG_FORMAT, "--dry-run", "--Werror", *map(str, c_sources(root))],
+            f"{CLANG_FORMAT} -i $(git ls-files {' '.join(C_FOLDERS)} | grep -E '\\.(c|cc|cpp|h|hpp)$')",
+        ),
         Check("actionlint", [str(venv_bin / "actionlint"), "-no-color"], "actionlint (fix what it reports)"),
     ]
 
 
 def require_clang_format_config(root: Path) -> None:
     if not (root / ".clang-format").is_file():
-        raise ConfigError(f"no .clang-format in {root}: clang-format would check against its built-in LLVM style",
-                          "commit the project's .clang-format (and the C/C++ formatted with it) first")
+        raise ConfigError(
+            f"no .clang-format in {root}: clang-format would check against its built-in LLVM style",
+            "commit the project's .clang-format (and the C/C++ formatted with it) first",
+        )
 
 
 def run_all(root: Path, venv_bin: Path, report: Callable[[str], None] = log) -> None:

@@ -31,8 +31,14 @@ def run(
     """
     argv = [str(c) for c in cmd]
     proc = subprocess.Popen(
-        argv, env=dict(env) if env is not None else None, cwd=cwd,
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True, errors="replace",
+        argv,
+        env=dict(env) if env is not None else None,
+        cwd=cwd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        text=True,
+        errors="replace",
     )
     lines: list[str] = []
     assert proc.stdout is not None

@@ -132,8 +132,10 @@ def check_release_wheel(wheel: Path, expected_version: str | None = None) -> Whe
     """
     name = WheelName.parse(wheel.name)
     if name.manylinux_glibc is None or name.python != "py3" or name.abi != "none":
-        raise DriverError(f"{wheel.name} is not tagged py3-none-manylinux_X_Y_riscv64",
-                         "auditwheel did not retag it: run `./ci/nox -s wheel` and read auditwheel's output")
+        raise DriverError(
+            f"{wheel.name} is not tagged py3-none-manylinux_X_Y_riscv64",
+            "auditwheel did not retag it: run `./ci/nox -s wheel` and read auditwheel's output",
+        )
     if expected_version is not None and name.version != expected_version:
         raise DriverError(f"{wheel.name} has version {name.version}, but the sdist has {expected_version}")
     with zipfile.ZipFile(wheel) as zf:
@@ -141,16 +143,19 @@ def check_release_wheel(wheel: Path, expected_version: str | None = None) -> Whe
         library = zf.read(LIBRARY) if LIBRARY in files else None
     grafted = [f for f in files if ".libs/" in f or (f.endswith(".so") or ".so." in f) and f != LIBRARY]
     if grafted:
-        raise DriverError(f"{wheel.name} holds libraries other than {LIBRARY}: {', '.join(grafted)}",
-                         "auditwheel grafted a dependency: exclude it (if the user's torch provides it) "
-                         "or stop linking it")
+        raise DriverError(
+            f"{wheel.name} holds libraries other than {LIBRARY}: {', '.join(grafted)}",
+            "auditwheel grafted a dependency: exclude it (if the user's torch provides it) or stop linking it",
+        )
     missing = [f for f in GENERATED_FILES if f not in files]
     if missing:
         raise DriverError(f"{wheel.name} lacks {', '.join(missing)}")
     unstripped = unstripped_sections(library or b"")
     if unstripped:
-        raise DriverError(f"{LIBRARY} in {wheel.name} is not stripped: it has {', '.join(unstripped)}",
-                         "the build must strip on install (scikit-build-core install.strip, CMAKE_STRIP)")
+        raise DriverError(
+            f"{LIBRARY} in {wheel.name} is not stripped: it has {', '.join(unstripped)}",
+            "the build must strip on install (scikit-build-core install.strip, CMAKE_STRIP)",
+        )
     return name
 
 
@@ -158,14 +163,14 @@ def section_names(elf: bytes) -> list[str]:
     """The section names of a little-endian ELF64 file (riscv64, x86-64), from its section header table."""
     if elf[:4] != b"\x7fELF" or elf[4] != 2 or elf[5] != 1:
         raise DriverError("not a little-endian 64-bit ELF file")
-    shoff, = struct.unpack_from("<Q", elf, 0x28)
+    (shoff,) = struct.unpack_from("<Q", elf, 0x28)
     shentsize, shnum, shstrndx = struct.unpack_from("<HHH", elf, 0x3A)
     headers = [struct.unpack_from("<IIQQQQ", elf, shoff + i * shentsize) for i in range(shnum)]
     strtab_offset = headers[shstrndx][4]  # sh_offset of the section-name string table
     names = []
     for name_offset, *_ in headers:
         start = strtab_offset + name_offset
-        names.append(elf[start:elf.index(b"\0", start)].decode())
+        names.append(elf[start : elf.index(b"\0", start)].decode())
     return names
 
 
@@ -192,8 +197,7 @@ def clear_artifacts(dist: Path) -> None:
 def only(paths: Sequence[Path], what: str, where: Path) -> Path:
     if len(paths) != 1:
         found = ", ".join(p.name for p in paths) or "nothing"
-        raise DriverError(f"expected one {what} in {where}, found {found}",
-                         "run `./ci/nox -s wheel` to rebuild dist/")
+        raise DriverError(f"expected one {what} in {where}, found {found}", "run `./ci/nox -s wheel` to rebuild dist/")
     return paths[0]
 
 
@@ -216,8 +220,10 @@ def reset_dir(path: Path) -> Path:
 def check_tag(tag: str, version: str) -> None:
     """A release tag must be ``v`` + the artefacts' version: setuptools-scm makes X.Y.Z only on the tag itself."""
     if tag != f"v{version}":
-        raise DriverError(f"tag {tag} does not match the artefacts' version {version} (expected tag v{version})",
-                         "build the wheel from the tagged commit with its tags fetched (checkout fetch-depth: 0)")
+        raise DriverError(
+            f"tag {tag} does not match the artefacts' version {version} (expected tag v{version})",
+            "build the wheel from the tagged commit with its tags fetched (checkout fetch-depth: 0)",
+        )
 
 
 def parse_tag_option(posargs: list[str]) -> str:

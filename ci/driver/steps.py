@@ -49,20 +49,25 @@ def vlen_session_docs(variant: Variant, portable_lane: bool) -> dict[str, str]:
     return {
         "test": f"Cross-build, then run the whole suite under qemu-riscv64 at {where}{portable}.",
         "agnostic": f"As test-{variant.name} (its RVV build only), with tail/mask-agnostic lanes filled with ones "
-                    "(rvv_ta_all_1s/rvv_ma_all_1s), as real hardware may.",
+        "(rvv_ta_all_1s/rvv_ma_all_1s), as real hardware may.",
         "shell": f"Run any command given after -- in the emulated target at {where}, rvv_attn importable "
-                 "(e.g. -- python3 -m pytest other/tests -x).",
+        "(e.g. -- python3 -m pytest other/tests -x).",
         "demo": "Generate with a small model (Llama; gpt-oss-like with -- --model=gpt-oss) through the RVV and "
-                f"torch-native backends at {where}; options after -- (see -- --help).",
+        f"torch-native backends at {where}; options after -- (see -- --help).",
     }
 
 
 def summary_lines(started: float) -> list[str]:
     """The summary session's report: the wall time of each session and each configuration's result since
     ``started``."""
-    return ["", "rvv-attn test summary:", "sessions, in the order they ran (wall time):",
-            *(testrun.session_table(started) or ["(no timed session ran in this invocation)"]),
-            "configurations:", *(testrun.summary_table(started) or ["(no test session ran in this invocation)"])]
+    return [
+        "",
+        "rvv-attn test summary:",
+        "sessions, in the order they ran (wall time):",
+        *(testrun.session_table(started) or ["(no timed session ran in this invocation)"]),
+        "configurations:",
+        *(testrun.summary_table(started) or ["(no test session ran in this invocation)"]),
+    ]
 
 
 def toolchain() -> tuple[Path, Path]:
@@ -78,8 +83,13 @@ def install_build_tools(session: Session) -> None:
         session.install(*build.BUILD_REQUIREMENTS)
 
 
-def cross_build(session: Session, root: Path, out_dir: Path = BUILD_DIR / "wheels", debug: bool = False,
-                only: Sequence[Variant] | None = None) -> Path:
+def cross_build(
+    session: Session,
+    root: Path,
+    out_dir: Path = BUILD_DIR / "wheels",
+    debug: bool = False,
+    only: Sequence[Variant] | None = None,
+) -> Path:
     """Build (incrementally) the riscv64 wheel with the portable build and every VLEN variant (or ``only``)."""
     install_build_tools(session)
     host.ensure_host_packages(build.COMPILER_CACHE_PACKAGES)
@@ -88,9 +98,14 @@ def cross_build(session: Session, root: Path, out_dir: Path = BUILD_DIR / "wheel
         kind = dict(build_dir=build.cross_tree(only).build)
     what = f"portable + {', '.join(v.name for v in only)}" if only else "portable + every VLEN variant"
     with Stopwatch(f"cross-building the riscv64 wheel ({what}; incremental)"):
-        session.run("python", "-m", "pip", *build.cross_wheel_args(root, out_dir, only or variants(),
-                                                                   launcher="ccache", **kind),
-                    silent=True, env=build.compiler_cache_env())
+        session.run(
+            "python",
+            "-m",
+            "pip",
+            *build.cross_wheel_args(root, out_dir, only or variants(), launcher="ccache", **kind),
+            silent=True,
+            env=build.compiler_cache_env(),
+        )
     return build.newest_wheel(out_dir)
 
 
@@ -113,8 +128,9 @@ def stage_for(session: Session, root: Path, only: Sequence[Variant]) -> Path:
     return build.record_variants(stage, sorted(only, key=lambda v: v.vlen))
 
 
-def host_build(session: Session, requirements: Sequence[str], build_dir: Path = BUILD_DIR / "host",
-               defines: Sequence[str] = ()) -> None:
+def host_build(
+    session: Session, requirements: Sequence[str], build_dir: Path = BUILD_DIR / "host", defines: Sequence[str] = ()
+) -> None:
     """Install ``requirements`` (the host's torch, the test tools), then build and install the portable kernels."""
     host.ensure_host_packages()
     session.install(*requirements, *build.BUILD_REQUIREMENTS)
@@ -125,11 +141,16 @@ def host_build(session: Session, requirements: Sequence[str], build_dir: Path = 
 def sanitizer_env(session: Session) -> dict[str, str]:
     """After host_build of the sanitized kernels: check the installed library is sanitized, return the
     environment that preloads the ASan runtime."""
-    package_dir = session.run("python", "-c", "import importlib.util as u; "
-                              "print(u.find_spec('rvv_attn').submodule_search_locations[0])", silent=True).strip()
+    package_dir = session.run(
+        "python",
+        "-c",
+        "import importlib.util as u; print(u.find_spec('rvv_attn').submodule_search_locations[0])",
+        silent=True,
+    ).strip()
     build.check_sanitized(Path(package_dir) / "librvv_attn_ops.so")
-    runtime = session.run("clang++-19", "-print-file-name=libclang_rt.asan-x86_64.so", silent=True,
-                          external=True).strip()
+    runtime = session.run(
+        "clang++-19", "-print-file-name=libclang_rt.asan-x86_64.so", silent=True, external=True
+    ).strip()
     return build.sanitizer_env(runtime)
 
 

@@ -74,9 +74,14 @@ def mmdebstrap_command(manifest: Manifest, archive_url: str, target: Path) -> li
     # went in (an extract-only root has no dpkg status). take_deb_versions
     # records and then deletes them.
     return [
-        "mmdebstrap", "--variant=extract", f"--architectures={manifest.arch}",
-        f"--include={','.join(manifest.packages)}", "--skip=cleanup/apt/cache",
-        manifest.suite, str(target), source,
+        "mmdebstrap",
+        "--variant=extract",
+        f"--architectures={manifest.arch}",
+        f"--include={','.join(manifest.packages)}",
+        "--skip=cleanup/apt/cache",
+        manifest.suite,
+        str(target),
+        source,
     ]
 
 
@@ -230,9 +235,12 @@ def _build(manifest: Manifest, root: Path, key: str, qemu: Path) -> Path:
         prefix = host.privilege_prefix()
         # As root, mmdebstrap needs no user namespaces (which some hosts, e.g.
         # Ubuntu 24.04 with AppArmor, forbid); the tree is handed back after.
-        run([*(prefix or []), *mmdebstrap_command(manifest, archive_url, partial)], stream=True,
+        run(
+            [*(prefix or []), *mmdebstrap_command(manifest, archive_url, partial)],
+            stream=True,
             hint="mmdebstrap needs root, passwordless sudo or unprivileged user namespaces; "
-                 "see README, Troubleshooting")
+            "see README, Troubleshooting",
+        )
         if prefix:
             run([*prefix, "chown", "-R", f"{os.getuid()}:{os.getgid()}", str(partial)])
         versions = take_deb_versions(partial)
@@ -240,10 +248,18 @@ def _build(manifest: Manifest, root: Path, key: str, qemu: Path) -> Path:
     with Stopwatch("byte-compiling the sysroot's Python trees under QEMU (about 2-4 minutes)"):
         byte_compile(partial, qemu)
     record_lock(manifest, versions)
-    (partial / MARKER).write_text(json.dumps({
-        "key": key, "suite": manifest.suite, "packages": len(versions),
-        "build_seconds": round(time.monotonic() - started), "size_bytes": tree_size(partial),
-    }, indent=2))
+    (partial / MARKER).write_text(
+        json.dumps(
+            {
+                "key": key,
+                "suite": manifest.suite,
+                "packages": len(versions),
+                "build_seconds": round(time.monotonic() - started),
+                "size_bytes": tree_size(partial),
+            },
+            indent=2,
+        )
+    )
     partial.rename(root)
     return root
 
@@ -255,8 +271,10 @@ def record_lock(manifest: Manifest, versions: dict[str, str]) -> None:
         return
     LOCK_FILE.write_text(format_lock(manifest, versions))
     if old:
-        log(f"the archive served other versions than {LOCK_FILE.name} records ({len(drift)} changes); "
-            "the file is updated, commit it:")
+        log(
+            f"the archive served other versions than {LOCK_FILE.name} records ({len(drift)} changes); "
+            "the file is updated, commit it:"
+        )
         for line in drift[:20]:
             log(f"  {line}")
 

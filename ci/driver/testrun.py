@@ -77,8 +77,15 @@ def results_dir(name: str) -> Path:
     return d
 
 
-def emulated_pytest(qemu: Path, sysroot: Path, stage: Path, variant: Variant, pytest_args: Sequence[str],
-                    junit: Path, agnostic_ones: bool = False) -> tuple[list[str], dict[str, str]]:
+def emulated_pytest(
+    qemu: Path,
+    sysroot: Path,
+    stage: Path,
+    variant: Variant,
+    pytest_args: Sequence[str],
+    junit: Path,
+    agnostic_ones: bool = False,
+) -> tuple[list[str], dict[str, str]]:
     """Command and environment for pytest with the sysroot's python3 under qemu-riscv64.
 
     The tests are told which variant must be active (RVV_ATTN_EXPECT_VARIANT),
@@ -91,22 +98,33 @@ def emulated_pytest(qemu: Path, sysroot: Path, stage: Path, variant: Variant, py
     tmp = BUILD_DIR / "tmp"
     tmp.mkdir(parents=True, exist_ok=True)
     compiled = recorded_variants(stage)
-    env = guest_env(stage, tmp, extra={
-        # What the staged library holds, when the session knows: a one-VLEN build has only portable + that VLEN.
-        **({"RVV_ATTN_EXPECT_COMPILED": compiled} if compiled else {}),
-        "RVV_ATTN_EXPECT_VARIANT": variant.name,
-        "RVV_ATTN_EXPECT_VLEN": str(variant.vlen),
-        "RVV_ATTN_TEST_PORTABLE": "1" if variant.vlen == portable_lane() and not agnostic_ones else "0",
-        "RVV_ATTN_QEMU_CPU": variant.qemu_cpu(agnostic_ones),
-        # For tests that start a second emulated process at another VLEN.
-        "RVV_ATTN_QEMU": str(qemu),
-        "RVV_ATTN_SYSROOT": str(sysroot),
-    })
+    env = guest_env(
+        stage,
+        tmp,
+        extra={
+            # What the staged library holds, when the session knows: a one-VLEN build has only portable + that VLEN.
+            **({"RVV_ATTN_EXPECT_COMPILED": compiled} if compiled else {}),
+            "RVV_ATTN_EXPECT_VARIANT": variant.name,
+            "RVV_ATTN_EXPECT_VLEN": str(variant.vlen),
+            "RVV_ATTN_TEST_PORTABLE": "1" if variant.vlen == portable_lane() and not agnostic_ones else "0",
+            "RVV_ATTN_QEMU_CPU": variant.qemu_cpu(agnostic_ones),
+            # For tests that start a second emulated process at another VLEN.
+            "RVV_ATTN_QEMU": str(qemu),
+            "RVV_ATTN_SYSROOT": str(sysroot),
+        },
+    )
     return cmd, env
 
 
-def run_emulated_pytest(qemu: Path, sysroot: Path, stage: Path, variant: Variant, pytest_args: Sequence[str],
-                        agnostic_ones: bool = False, label: str | None = None) -> tuple[int, Outcome | None]:
+def run_emulated_pytest(
+    qemu: Path,
+    sysroot: Path,
+    stage: Path,
+    variant: Variant,
+    pytest_args: Sequence[str],
+    agnostic_ones: bool = False,
+    label: str | None = None,
+) -> tuple[int, Outcome | None]:
     """Run the suite at ``variant``'s VLEN, output to the terminal; record the outcome."""
     label = label or f"test-{variant.name}"
     junit = results_dir(label) / "junit.xml"
@@ -114,21 +132,34 @@ def run_emulated_pytest(qemu: Path, sysroot: Path, stage: Path, variant: Variant
     cmd, env = emulated_pytest(qemu, sysroot, stage, variant, pytest_args, junit, agnostic_ones)
     routed = route(cmd, env, report=log)
     if routed == cmd:
-        log(f"running the suite under QEMU ({variant.qemu_cpu(agnostic_ones)}); importing torch alone takes ~20 s "
-            f"(a warm target skips that: nox -s warm -- --vlens={variant.vlen})")
+        log(
+            f"running the suite under QEMU ({variant.qemu_cpu(agnostic_ones)}); importing torch alone takes ~20 s "
+            f"(a warm target skips that: nox -s warm -- --vlens={variant.vlen})"
+        )
     cmd = routed
     log(quote(cmd))
     start = time.monotonic()
     returncode = subprocess.run(cmd, env=env, cwd=PROJECT_ROOT, stdin=subprocess.DEVNULL).returncode
     outcome = parse_junit(junit) if junit.exists() else None
-    write_summary(label, returncode, outcome, vlen=variant.vlen, qemu_cpu=variant.qemu_cpu(agnostic_ones),
-                  wall_seconds=round(time.monotonic() - start, 1))
+    write_summary(
+        label,
+        returncode,
+        outcome,
+        vlen=variant.vlen,
+        qemu_cpu=variant.qemu_cpu(agnostic_ones),
+        wall_seconds=round(time.monotonic() - start, 1),
+    )
     return returncode, outcome
 
 
 def write_summary(label: str, returncode: int, outcome: Outcome | None, **details: object) -> None:
-    summary = {"label": label, "returncode": returncode, "finished": time.time(),
-               "outcome": outcome.__dict__ if outcome else None, **details}
+    summary = {
+        "label": label,
+        "returncode": returncode,
+        "finished": time.time(),
+        "outcome": outcome.__dict__ if outcome else None,
+        **details,
+    }
     (results_dir(label) / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
 
 
@@ -149,7 +180,9 @@ def summary_table(since: float) -> list[str]:
         rows.append(f"{status} {data['label']:<24} {text}{where}")
         slow = slowest_files(folder / "junit.xml")
         if slow:
-            rows.append(f"     {'':<24} slowest files: " + ", ".join(f"{name} {short_seconds(secs)}" for name, secs in slow))
+            rows.append(
+                f"     {'':<24} slowest files: " + ", ".join(f"{name} {short_seconds(secs)}" for name, secs in slow)
+            )
     return rows
 
 
@@ -190,8 +223,9 @@ def session_clock(name: str) -> Iterator[None]:
     finally:
         folder = BUILD_DIR / "results" / SESSIONS_DIR
         folder.mkdir(parents=True, exist_ok=True)
-        (folder / f"{name}.json").write_text(json.dumps(
-            {"name": name, "started": started, "seconds": round(time.time() - started, 1), "ok": ok}) + "\n")
+        (folder / f"{name}.json").write_text(
+            json.dumps({"name": name, "started": started, "seconds": round(time.time() - started, 1), "ok": ok}) + "\n"
+        )
 
 
 def short_seconds(value: float) -> str:

@@ -69,15 +69,18 @@ def test_full_matrix_covers_the_issue():
     for config in configs[:1] + configs[2:]:
         # The rows of SGLang main's options (test_units_of_sglang_mains_options) are apart from the matrix.
         kernel = [c for c in config.cases if c.id not in contract]
-        assert {(c.batch, c.seq, c.dtype) for c in kernel if c.op == "decode"} == \
-            {(b, s, dt) for b in (1, 8) for s in (1024, 4096) for dt in cases.DTYPES}
+        assert {(c.batch, c.seq, c.dtype) for c in kernel if c.op == "decode"} == {
+            (b, s, dt) for b in (1, 8) for s in (1024, 4096) for dt in cases.DTYPES
+        }
         extend = {(c.dtype, c.prefix, c.new) for c in kernel if c.op == "extend"}
         int8 = {(dt, 0, 256) for dt in cases.DTYPES if dt != "bf16"}
         assert extend == {("bf16", 0, 256), ("bf16", 1024, 256)} | (int8 if config.name == "vlen256" else set())
         assert all(c.heads == 32 and c.heads_kv == 8 and c.head_dim == c.head_dim_v == 128 for c in kernel)
-    assert [c.id for c in configs[1].cases] == ["decode torch-sdpa bf16 B=1 seq=4096",
-                                                "extend torch-sdpa bf16 B=1 prefix=1024+256",
-                                                "varlen torch-sdpa bf16 images=4 patches=256 H=16 D=64"]
+    assert [c.id for c in configs[1].cases] == [
+        "decode torch-sdpa bf16 B=1 seq=4096",
+        "extend torch-sdpa bf16 B=1 prefix=1024+256",
+        "varlen torch-sdpa bf16 images=4 patches=256 H=16 D=64",
+    ]
 
 
 def test_check_subset_is_in_the_full_matrix():
@@ -88,8 +91,14 @@ def test_check_subset_is_in_the_full_matrix():
 
 # ---- plugin output --------------------------------------------------------------------------------
 
-COUNTS = {"scalar": 100, "vector_arith": 40, "vector_mem": 20, "vset": 10, "vector_arith_lmul1": 160,
-          "vector_mem_lmul1": 50}
+COUNTS = {
+    "scalar": 100,
+    "vector_arith": 40,
+    "vector_mem": 20,
+    "vset": 10,
+    "vector_arith_lmul1": 160,
+    "vector_mem_lmul1": 50,
+}
 
 
 def _region(label: int, lib: dict, all_: dict, unknown: int = 0) -> str:
@@ -116,8 +125,10 @@ def test_plugin_errors_and_missing_regions_fail_the_run():
     with pytest.raises(DriverError, match="no count for decode bf16"):
         figures.rows_for(config, {0: json.loads(_region(0, COUNTS, COUNTS))})
     with pytest.raises(DriverError, match="before any vset"):
-        figures.rows_for(config, figures.parse_regions("\n".join([_region(0, COUNTS, COUNTS),
-                                                               _region(1, COUNTS, COUNTS, unknown=4)])))
+        figures.rows_for(
+            config,
+            figures.parse_regions("\n".join([_region(0, COUNTS, COUNTS), _region(1, COUNTS, COUNTS, unknown=4)])),
+        )
 
 
 # ---- the guard ------------------------------------------------------------------------------------

@@ -13,29 +13,38 @@ from driver.errors import ConfigError, DriverError
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.mark.parametrize("heading, anchor", [
-    ("Benchmarks: instruction counts", "benchmarks-instruction-counts"),
-    ("`nox -s bench` and `--only`", "nox--s-bench-and---only"),
-    ("Performance (instruction counts)", "performance-instruction-counts"),
-    ("The [guard](#guard) itself", "the-guard-itself"),
-    ("VLEN 128 / 256", "vlen-128--256"),
-])
+@pytest.mark.parametrize(
+    "heading, anchor",
+    [
+        ("Benchmarks: instruction counts", "benchmarks-instruction-counts"),
+        ("`nox -s bench` and `--only`", "nox--s-bench-and---only"),
+        ("Performance (instruction counts)", "performance-instruction-counts"),
+        ("The [guard](#guard) itself", "the-guard-itself"),
+        ("VLEN 128 / 256", "vlen-128--256"),
+    ],
+)
 def test_slugs_follow_githubs_rules(heading, anchor):
     assert lint.slug(heading) == anchor
 
 
 def test_anchors_number_repeated_headings_and_skip_code():
-    text = "# Usage\n## Usage\n```sh\n# not a heading\n```\n<a name=\"custom\"></a>\n### Usage #\n"
+    text = '# Usage\n## Usage\n```sh\n# not a heading\n```\n<a name="custom"></a>\n### Usage #\n'
     assert lint.anchors(text) == {"usage", "usage-1", "usage-2", "custom"}
 
 
 def test_links_are_found_outside_code_only():
-    text = ("See [a](docs/a.md#x) and ![plot](../bench/results/bench.png \"title\").\n"
-            "`[not](a/link.md)` and [ext](https://example.org/x.md)\n"
-            "```\n[inside](fence.md)\n```\n"
-            "[ref]: docs/b.md\n")
-    assert list(lint.links(text)) == [(1, "docs/a.md#x"), (1, "../bench/results/bench.png"),
-                                      (2, "https://example.org/x.md"), (6, "docs/b.md")]
+    text = (
+        'See [a](docs/a.md#x) and ![plot](../bench/results/bench.png "title").\n'
+        "`[not](a/link.md)` and [ext](https://example.org/x.md)\n"
+        "```\n[inside](fence.md)\n```\n"
+        "[ref]: docs/b.md\n"
+    )
+    assert list(lint.links(text)) == [
+        (1, "docs/a.md#x"),
+        (1, "../bench/results/bench.png"),
+        (2, "https://example.org/x.md"),
+        (6, "docs/b.md"),
+    ]
 
 
 def test_broken_links_name_the_page_line_and_what_is_missing(tmp_path):
@@ -45,7 +54,8 @@ def test_broken_links_name_the_page_line_and_what_is_missing(tmp_path):
         "[ok](docs/guide.md#set-up-steps) [self](#readme) [web](https://x.invalid/none.md)\n"
         "# Readme\n"
         "[gone](docs/missing.md) [bad anchor](docs/guide.md#setup)\n"
-        "[folder](docs/)\n")
+        "[folder](docs/)\n"
+    )
     (tmp_path / "docs" / "back.md").write_text("[up](../README.md#readme) [no](../README.md#nope)\n")
     problems = lint.broken_links(tmp_path, lint.doc_files(tmp_path))
     assert problems == [

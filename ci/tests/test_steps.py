@@ -73,7 +73,7 @@ def test_cross_build_runs_pip_wheel_with_the_compiler_cache(session, tmp_path, m
     monkeypatch.setattr(steps.build, "newest_wheel", lambda folder: folder / "w.whl")
     wheel = steps.cross_build(session, Path("/sysroot"), tmp_path / "wheels", only=[vlens.by_vlen(128)])
     assert wheel == tmp_path / "wheels" / "w.whl"
-    (args, kwargs), = session.runs
+    ((args, kwargs),) = session.runs
     assert args[:4] == ("python", "-m", "pip", "wheel") and args[-1] == str(build.PROJECT_ROOT)
     assert "cmake.define.RVV_ATTN_VLENS=128" in args and "CCACHE_DIR" in kwargs["env"]
 

@@ -63,8 +63,9 @@ def test_matrix_jobs_take_their_rows_from_the_matrix_job():
     for job, output in (("emulated", "emulated"), ("install-test", "install")):
         assert jobs[job]["strategy"]["matrix"] == f"${{{{ fromJSON(needs.matrix.outputs.{output}) }}}}"
     emulated_run = [s["run"] for s in jobs["emulated"]["steps"] if "run" in s]
-    assert emulated_run == ["./ci/nox -s test-vlen${{ matrix.vlen }}"
-                            "${{ matrix.policy == 'agnostic' && '-agnostic' || '' }}"]
+    assert emulated_run == [
+        "./ci/nox -s test-vlen${{ matrix.vlen }}${{ matrix.policy == 'agnostic' && '-agnostic' || '' }}"
+    ]
     install_run = [s["run"] for s in jobs["install-test"]["steps"] if "run" in s]
     assert install_run == ["./ci/nox -s install-test -- --configs=${{ matrix.config }} --wheel=dist"]
     no_v_run = [s["run"] for s in jobs["no-vector"]["steps"] if "run" in s]

@@ -48,9 +48,21 @@ class Case:
     before: dict | None = None  # the arguments as they were before the last run()
 
     def args(self) -> list:
-        return [self.query, self.k_buffer, self.v_buffer, self.output, self.key, self.value, self.loc,
-                self.attn_logits, self.req_to_token, self.req_pool_indices, self.seq_lens, self.sm_scale,
-                self.logit_cap]
+        return [
+            self.query,
+            self.k_buffer,
+            self.v_buffer,
+            self.output,
+            self.key,
+            self.value,
+            self.loc,
+            self.attn_logits,
+            self.req_to_token,
+            self.req_pool_indices,
+            self.seq_lens,
+            self.sm_scale,
+            self.logit_cap,
+        ]
 
     def named_args(self) -> dict:
         return dict(zip(DECODE_ARGS, self.args()))
@@ -69,18 +81,41 @@ class Case:
     def reference(self) -> torch.Tensor:
         """Expected output from the inputs as they were before the call: the KV write, then plain attention."""
         a, k, v = self._reference_inputs()
-        return reference_attention(a["query"], k, v, a["req_to_token"], a["req_pool_indices"], a["seq_lens"],
-                                   a["sm_scale"], a["logit_cap"])
+        return reference_attention(
+            a["query"], k, v, a["req_to_token"], a["req_pool_indices"], a["seq_lens"], a["sm_scale"], a["logit_cap"]
+        )
 
     def reference_splits(self) -> tuple[torch.Tensor, torch.Tensor]:
         """Expected attn_logits contents: float64 partial outputs [B, H, S, Dv] and LSE [B, H, S]."""
         a, k, v = self._reference_inputs()
-        return reference_split_partials(a["query"], k, v, a["req_to_token"], a["req_pool_indices"], a["seq_lens"],
-                                        a["sm_scale"], a["logit_cap"], a["attn_logits"].shape[2])
+        return reference_split_partials(
+            a["query"],
+            k,
+            v,
+            a["req_to_token"],
+            a["req_pool_indices"],
+            a["seq_lens"],
+            a["sm_scale"],
+            a["logit_cap"],
+            a["attn_logits"].shape[2],
+        )
 
 
-DECODE_ARGS = ("query", "k_buffer", "v_buffer", "output", "key", "value", "loc", "attn_logits", "req_to_token",
-               "req_pool_indices", "seq_lens", "sm_scale", "logit_cap")
+DECODE_ARGS = (
+    "query",
+    "k_buffer",
+    "v_buffer",
+    "output",
+    "key",
+    "value",
+    "loc",
+    "attn_logits",
+    "req_to_token",
+    "req_pool_indices",
+    "seq_lens",
+    "sm_scale",
+    "logit_cap",
+)
 
 
 def decode_writes(a: dict) -> dict:
@@ -88,8 +123,20 @@ def decode_writes(a: dict) -> dict:
     return opcall.documented_writes("decode_attention_cpu", a)
 
 
-def make_case(lens, heads, heads_kv, head_dim, head_dim_v, dtype, splits, map_dtype=torch.int64, strided=False,
-              logit_cap=0.0, seed=0, spare_slots=7) -> Case:
+def make_case(
+    lens,
+    heads,
+    heads_kv,
+    head_dim,
+    head_dim_v,
+    dtype,
+    splits,
+    map_dtype=torch.int64,
+    strided=False,
+    logit_cap=0.0,
+    seed=0,
+    spare_slots=7,
+) -> Case:
     """A batch whose sequences own scattered cache slots, in scattered pool rows.
 
     Map entries past each sequence's length hold out-of-range garbage: the
@@ -110,11 +157,15 @@ def make_case(lens, heads, heads_kv, head_dim, head_dim_v, dtype, splits, map_dt
     loc = torch.empty(batch, dtype=torch.int64)
     used = 0
     for b, length in enumerate(lens):
-        req_to_token[rows[b], :length] = slot_perm[used:used + length].to(map_dtype)
+        req_to_token[rows[b], :length] = slot_perm[used : used + length].to(map_dtype)
         loc[b] = slot_perm[used + length - 1]
         used += length
 
-    query, key, value = randn(batch, heads, head_dim), randn(batch, heads_kv, head_dim), randn(batch, heads_kv, head_dim_v)
+    query, key, value = (
+        randn(batch, heads, head_dim),
+        randn(batch, heads_kv, head_dim),
+        randn(batch, heads_kv, head_dim_v),
+    )
     k_buffer, v_buffer = randn(num_slots, heads_kv, head_dim), randn(num_slots, heads_kv, head_dim_v)
     # NaN: anything the operator fails to write shows up.
     output = torch.full((batch, heads, head_dim_v), float("nan"), dtype=dtype)
@@ -138,10 +189,22 @@ def make_case(lens, heads, heads_kv, head_dim, head_dim_v, dtype, splits, map_dt
         # a store one row off either end lands there.
         output = embed(output, lead=(1, 0, 0))
         attn_logits = embed(attn_logits, lead=(1, 0, 0, 0))
-    return Case(query, k_buffer, v_buffer, output, key, value, loc, attn_logits, req_to_token,
-                rows.to(torch.int64), torch.tensor(lens, dtype=torch.int64),
-                # 2/sqrt(D): scores ~N(0, 4), a peaked softmax that the cap of 2 visibly changes.
-                sm_scale=2.0 / math.sqrt(head_dim), logit_cap=logit_cap)
+    return Case(
+        query,
+        k_buffer,
+        v_buffer,
+        output,
+        key,
+        value,
+        loc,
+        attn_logits,
+        req_to_token,
+        rows.to(torch.int64),
+        torch.tensor(lens, dtype=torch.int64),
+        # 2/sqrt(D): scores ~N(0, 4), a peaked softmax that the cap of 2 visibly changes.
+        sm_scale=2.0 / math.sqrt(head_dim),
+        logit_cap=logit_cap,
+    )
 
 
 def assert_matches_reference(case: Case, atol: float | None = None) -> None:
@@ -151,7 +214,9 @@ def assert_matches_reference(case: Case, atol: float | None = None) -> None:
     if atol is None:
         assert_close_to_reference(case.output, expected)
     else:
-        torch.testing.assert_close(case.output.double(), expected, atol=atol, rtol=TOLERANCES[case.output.dtype]["rtol"])
+        torch.testing.assert_close(
+            case.output.double(), expected, atol=atol, rtol=TOLERANCES[case.output.dtype]["rtol"]
+        )
     assert_attn_logits_match(case, atol)
 
 
@@ -166,7 +231,9 @@ def assert_attn_logits_match(case: Case, atol: float | None = None) -> None:
     if atol is not None:  # the error of large scores reaches the LSE as is, the partial outputs as for the output
         f32["atol"] = atol
         lse_tol["atol"] = LSE_TOLERANCE["atol"] + atol
-    torch.testing.assert_close(logits[..., -1][filled].double(), lse[filled], **lse_tol,
-                               msg=lambda m: f"attn_logits LSE: {m}")
-    torch.testing.assert_close(logits[..., :-1][filled].double(), partial[filled], **f32,
-                               msg=lambda m: f"attn_logits partial outputs: {m}")
+    torch.testing.assert_close(
+        logits[..., -1][filled].double(), lse[filled], **lse_tol, msg=lambda m: f"attn_logits LSE: {m}"
+    )
+    torch.testing.assert_close(
+        logits[..., :-1][filled].double(), partial[filled], **f32, msg=lambda m: f"attn_logits partial outputs: {m}"
+    )

@@ -93,8 +93,14 @@ class Case:
             req_to_token[pools[b], : self.prefix[b]] = perm[used : used + self.prefix[b]].to(self.map_dtype)
             used += self.prefix[b]
         self.inputs = dict(
-            q_extend=q, k_extend=k, v_extend=v, o_extend=o, k_buffer=k_buffer, v_buffer=v_buffer,
-            req_to_token=req_to_token, req_pool_indices=pools.to(torch.int64),
+            q_extend=q,
+            k_extend=k,
+            v_extend=v,
+            o_extend=o,
+            k_buffer=k_buffer,
+            v_buffer=v_buffer,
+            req_to_token=req_to_token,
+            req_pool_indices=pools.to(torch.int64),
             seq_lens=torch.tensor([p + e for p, e in zip(self.prefix, self.extend)], dtype=torch.int64),
             extend_seq_lens=torch.tensor(self.extend, dtype=torch.int64),
             extend_start_loc=torch.tensor(starts, dtype=torch.int64),
@@ -114,10 +120,20 @@ class Case:
     def reference(self, logit_cap: float | None = None) -> torch.Tensor:
         """From the inputs as they were before the last run() (or now, before any)."""
         a = self.before or self.inputs
-        return reference_extend(a["q_extend"], a["k_extend"], a["v_extend"], a["k_buffer"], a["v_buffer"],
-                                a["req_to_token"], a["req_pool_indices"], a["seq_lens"], a["extend_seq_lens"],
-                                a["extend_start_loc"], a["sm_scale"],
-                                self.logit_cap if logit_cap is None else logit_cap)
+        return reference_extend(
+            a["q_extend"],
+            a["k_extend"],
+            a["v_extend"],
+            a["k_buffer"],
+            a["v_buffer"],
+            a["req_to_token"],
+            a["req_pool_indices"],
+            a["seq_lens"],
+            a["extend_seq_lens"],
+            a["extend_start_loc"],
+            a["sm_scale"],
+            self.logit_cap if logit_cap is None else logit_cap,
+        )
 
     def check(self, out: torch.Tensor, ref: torch.Tensor | None = None) -> None:
         ref = self.reference() if ref is None else ref
@@ -128,8 +144,11 @@ class Case:
 
 def owned_rows(a: dict) -> list[int]:
     """Rows of o_extend that some sequence owns (extend_start_loc[b] ..+ extend_seq_lens[b])."""
-    return [r for start, n in zip(a["extend_start_loc"].tolist(), a["extend_seq_lens"].tolist())
-            for r in range(start, start + max(n, 0))]
+    return [
+        r
+        for start, n in zip(a["extend_start_loc"].tolist(), a["extend_seq_lens"].tolist())
+        for r in range(start, start + max(n, 0))
+    ]
 
 
 def extend_writes(a: dict) -> dict:

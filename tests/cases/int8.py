@@ -26,8 +26,9 @@ def is_dynamic(scale: float) -> bool:
     return math.isnan(scale)
 
 
-def _rows(shape, scale: float, g: torch.Generator, magnitudes: bool, zero_rows: bool,
-          unit_data: bool = False) -> torch.Tensor:
+def _rows(
+    shape, scale: float, g: torch.Generator, magnitudes: bool, zero_rows: bool, unit_data: bool = False
+) -> torch.Tensor:
     """Float rows for a cache or new tokens.
 
     Static scale s: N(0, 1) * 40 s, so int8 codes spread over ~[-127, 127]
@@ -67,11 +68,25 @@ class Int8Decode:
 
     def run(self, **change) -> None:
         c = self.case
-        args = dict(query=c.query, k_buffer=c.k_buffer, v_buffer=c.v_buffer, output=c.output, key=c.key,
-                    value=c.value, loc=c.loc, attn_logits=c.attn_logits, req_to_token=c.req_to_token,
-                    req_pool_indices=c.req_pool_indices, seq_lens=c.seq_lens, sm_scale=c.sm_scale,
-                    logit_cap=c.logit_cap, k_scale_buf=self.k_scale_buf, v_scale_buf=self.v_scale_buf,
-                    k_scale=self.k_scale, v_scale=self.v_scale)
+        args = dict(
+            query=c.query,
+            k_buffer=c.k_buffer,
+            v_buffer=c.v_buffer,
+            output=c.output,
+            key=c.key,
+            value=c.value,
+            loc=c.loc,
+            attn_logits=c.attn_logits,
+            req_to_token=c.req_to_token,
+            req_pool_indices=c.req_pool_indices,
+            seq_lens=c.seq_lens,
+            sm_scale=c.sm_scale,
+            logit_cap=c.logit_cap,
+            k_scale_buf=self.k_scale_buf,
+            v_scale_buf=self.v_scale_buf,
+            k_scale=self.k_scale,
+            v_scale=self.v_scale,
+        )
         args.update(change)
         call_int8(DECODE, args, args["loc"])
 
@@ -82,9 +97,16 @@ class Int8Decode:
         ks, vs = self.k_scale_buf.clone(), self.v_scale_buf.clone()
         write_kv_int8(k, ks, c.key, c.loc.tolist(), self.k_scale)
         write_kv_int8(v, vs, c.value, c.loc.tolist(), self.v_scale)
-        out = reference_decode(c.query, dequantize_int8(k, ks, self.k_scale), dequantize_int8(v, vs, self.v_scale),
-                               c.req_to_token, c.req_pool_indices, c.seq_lens, c.sm_scale,
-                               c.logit_cap if logit_cap is None else logit_cap)
+        out = reference_decode(
+            c.query,
+            dequantize_int8(k, ks, self.k_scale),
+            dequantize_int8(v, vs, self.v_scale),
+            c.req_to_token,
+            c.req_pool_indices,
+            c.seq_lens,
+            c.sm_scale,
+            c.logit_cap if logit_cap is None else logit_cap,
+        )
         return k, v, ks, vs, out
 
     def check(self) -> None:
@@ -106,15 +128,33 @@ def _quantized_cache(x: torch.Tensor, scale: float) -> tuple[torch.Tensor, torch
     return opcall.embed(q, lead=(1, 0, 0)), opcall.embed(s, lead=(1, 0))
 
 
-def int8_decode(lens, heads, heads_kv, head_dim, head_dim_v, dtype, k_scale, v_scale, splits=3, new_int8=False,
-                magnitudes=False, zero_rows=False, logit_cap=0.0, seed=0, unit_data=False) -> Int8Decode:
+def int8_decode(
+    lens,
+    heads,
+    heads_kv,
+    head_dim,
+    head_dim_v,
+    dtype,
+    k_scale,
+    v_scale,
+    splits=3,
+    new_int8=False,
+    magnitudes=False,
+    zero_rows=False,
+    logit_cap=0.0,
+    seed=0,
+    unit_data=False,
+) -> Int8Decode:
     c = make_case(lens, heads, heads_kv, head_dim, head_dim_v, dtype, splits, logit_cap=logit_cap, seed=seed)
     g = torch.Generator().manual_seed(seed + 100)
     slots = c.k_buffer.shape[0]
 
-    c.k_buffer, k_sb = _quantized_cache(_rows((slots, heads_kv, head_dim), k_scale, g, magnitudes, zero_rows, unit_data), k_scale)
-    c.v_buffer, v_sb = _quantized_cache(_rows((slots, heads_kv, head_dim_v), v_scale, g, magnitudes, zero_rows, unit_data),
-                                        v_scale)
+    c.k_buffer, k_sb = _quantized_cache(
+        _rows((slots, heads_kv, head_dim), k_scale, g, magnitudes, zero_rows, unit_data), k_scale
+    )
+    c.v_buffer, v_sb = _quantized_cache(
+        _rows((slots, heads_kv, head_dim_v), v_scale, g, magnitudes, zero_rows, unit_data), v_scale
+    )
     batch = len(lens)
     key = _rows((batch, heads_kv, head_dim), k_scale, g, magnitudes, zero_rows, unit_data).to(dtype)
     value = _rows((batch, heads_kv, head_dim_v), v_scale, g, magnitudes, zero_rows, unit_data).to(dtype)
@@ -144,8 +184,13 @@ class Int8Extend:
     v_scale: float
 
     def args(self, **change) -> dict:
-        a = dict(self.case.inputs, k_scale_buf=self.k_scale_buf, v_scale_buf=self.v_scale_buf, k_scale=self.k_scale,
-                 v_scale=self.v_scale)
+        a = dict(
+            self.case.inputs,
+            k_scale_buf=self.k_scale_buf,
+            v_scale_buf=self.v_scale_buf,
+            k_scale=self.k_scale,
+            v_scale=self.v_scale,
+        )
         a.update(change)
         return a
 
@@ -176,9 +221,20 @@ class Int8Extend:
         else:
             # Float new tokens are attended as given; only later steps see them quantized.
             k_new, v_new = a["k_extend"].double(), a["v_extend"].double()
-        out = reference_extend(a["q_extend"], k_new, v_new, kd, vd, a["req_to_token"], a["req_pool_indices"],
-                               a["seq_lens"], a["extend_seq_lens"], a["extend_start_loc"], a["sm_scale"],
-                               self.case.logit_cap if logit_cap is None else logit_cap)
+        out = reference_extend(
+            a["q_extend"],
+            k_new,
+            v_new,
+            kd,
+            vd,
+            a["req_to_token"],
+            a["req_pool_indices"],
+            a["seq_lens"],
+            a["extend_seq_lens"],
+            a["extend_start_loc"],
+            a["sm_scale"],
+            self.case.logit_cap if logit_cap is None else logit_cap,
+        )
         return k, v, ks, vs, out
 
     def check(self, **change) -> torch.Tensor:
@@ -193,8 +249,9 @@ class Int8Extend:
         return args["o_extend"]
 
 
-def int8_extend(case: ExtendCase, k_scale, v_scale, new_int8=False, magnitudes=False, zero_rows=False,
-                unit_data=False) -> Int8Extend:
+def int8_extend(
+    case: ExtendCase, k_scale, v_scale, new_int8=False, magnitudes=False, zero_rows=False, unit_data=False
+) -> Int8Extend:
     """Turn a float extend case into an int8 one: its cache quantized, new-token slots in its map."""
     case = replace(case).build()
     a = case.inputs
@@ -204,8 +261,12 @@ def int8_extend(case: ExtendCase, k_scale, v_scale, new_int8=False, magnitudes=F
     total_new = sum(case.extend)
     slots = used + total_new + 3
     hkv, d, dv = case.heads_kv, case.head_dim, case.head_dim_v
-    a["k_buffer"], k_sb = _quantized_cache(_rows((slots, hkv, d), k_scale, g, magnitudes, zero_rows, unit_data), k_scale)
-    a["v_buffer"], v_sb = _quantized_cache(_rows((slots, hkv, dv), v_scale, g, magnitudes, zero_rows, unit_data), v_scale)
+    a["k_buffer"], k_sb = _quantized_cache(
+        _rows((slots, hkv, d), k_scale, g, magnitudes, zero_rows, unit_data), k_scale
+    )
+    a["v_buffer"], v_sb = _quantized_cache(
+        _rows((slots, hkv, dv), v_scale, g, magnitudes, zero_rows, unit_data), v_scale
+    )
     fresh = (used + torch.randperm(total_new + 3, generator=g)).tolist()
     for b in range(len(case.prefix)):
         pool = int(a["req_pool_indices"][b])

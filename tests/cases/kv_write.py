@@ -35,5 +35,11 @@ def make_case(batch, heads_kv, head_dim, head_dim_v, dtype, slots=64, strided=Fa
 
 def write(args: dict) -> dict:
     """decode_set_kv_buffer through opcall: only the loc rows of the caches may change."""
-    return opcall.call(OP, args, {"k_buffer": opcall.rows(args["k_buffer"], args["loc"]),
-                                  "v_buffer": opcall.rows(args["v_buffer"], args["loc"])})
+    return opcall.call(
+        OP,
+        args,
+        {
+            "k_buffer": opcall.rows(args["k_buffer"], args["loc"]),
+            "v_buffer": opcall.rows(args["v_buffer"], args["loc"]),
+        },
+    )

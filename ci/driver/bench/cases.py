@@ -39,8 +39,11 @@ class Case:
 
     @property
     def id(self) -> str:
-        shape = {"decode": f"B={self.batch} seq={self.seq}", "extend": f"B={self.batch} prefix={self.prefix}+{self.new}",
-                 "varlen": f"images={self.batch} patches={self.new} H={self.heads} D={self.head_dim}"}[self.op]
+        shape = {
+            "decode": f"B={self.batch} seq={self.seq}",
+            "extend": f"B={self.batch} prefix={self.prefix}+{self.new}",
+            "varlen": f"images={self.batch} patches={self.new} H={self.heads} D={self.head_dim}",
+        }[self.op]
         impl = f" {self.impl}" if self.impl != "rvv-attn" else ""
         options = (f" window={self.window}" if self.window else "") + (" sinks" if self.sinks else "")
         return f"{self.op}{impl} {self.dtype} {shape}{options}"
@@ -110,8 +113,12 @@ def contract_cases() -> list[Case]:
     kernel_cases), and a vision encoder's dense varlen attention. 4 images x 256 patches (ViT at 16x16
     patches) rather than 1024: emulating the 4x larger score tiles would cost ~10 min of the run.
     """
-    return [Case("decode", "bf16", seq=4096, window=128), Case("decode", "bf16", seq=128),
-            Case("extend", "bf16", prefix=0, new=NEW_TOKENS, sinks=True), vision_case()]
+    return [
+        Case("decode", "bf16", seq=4096, window=128),
+        Case("decode", "bf16", seq=128),
+        Case("extend", "bf16", prefix=0, new=NEW_TOKENS, sinks=True),
+        vision_case(),
+    ]
 
 
 def vision_case(impl: str = "rvv-attn") -> Case:
@@ -125,11 +132,21 @@ def full_configs() -> list[Config]:
     ~150 s, VLEN 512 and 1024 ~110 s each; with 2 jobs this order ends in about 14 min.
     """
     native = tuple(Case(**{**asdict(c), "impl": NATIVE}) for c in headline_cases()) + (vision_case(NATIVE),)
-    configs = [Config(PORTABLE, NATIVE_VLEN, tuple(kernel_cases(int8_extend=False))),
-               Config(f"vlen{NATIVE_VLEN}", NATIVE_VLEN, native)]
-    configs += [Config(v.name, v.vlen, tuple(kernel_cases(int8_extend=v.vlen == HEADLINE_VLEN) +
-                                             (contract_cases() if v.vlen == HEADLINE_VLEN else [])))
-                for v in variants()]
+    configs = [
+        Config(PORTABLE, NATIVE_VLEN, tuple(kernel_cases(int8_extend=False))),
+        Config(f"vlen{NATIVE_VLEN}", NATIVE_VLEN, native),
+    ]
+    configs += [
+        Config(
+            v.name,
+            v.vlen,
+            tuple(
+                kernel_cases(int8_extend=v.vlen == HEADLINE_VLEN)
+                + (contract_cases() if v.vlen == HEADLINE_VLEN else [])
+            ),
+        )
+        for v in variants()
+    ]
     return configs
 
 
@@ -179,6 +196,8 @@ def select(configs: Sequence[Config], only: Sequence[str]) -> list[Config]:
         if cases:
             picked.append(Config(config.variant, config.vlen, cases))
     if not picked:
-        raise ConfigError(f"--only={','.join(only)} matches no benchmark row",
-                          "row names look like 'vlen256 | decode bf16 B=1 seq=4096'")
+        raise ConfigError(
+            f"--only={','.join(only)} matches no benchmark row",
+            "row names look like 'vlen256 | decode bf16 B=1 seq=4096'",
+        )
     return picked

@@ -86,8 +86,10 @@ def parse_regions(text: str) -> dict[int, dict]:
             continue
         data = json.loads(line)
         if "error" in data:
-            raise DriverError(f"the insn_count plugin reported: {data['error']} (value {data['value']})",
-                             "the guest's marks are out of order; see bench/guest.py")
+            raise DriverError(
+                f"the insn_count plugin reported: {data['error']} (value {data['value']})",
+                "the guest's marks are out of order; see bench/guest.py",
+            )
         regions[int(data["label"])] = data
     return regions
 
@@ -95,8 +97,14 @@ def parse_regions(text: str) -> dict[int, dict]:
 def _totals(counts: dict) -> dict[str, int]:
     vector = counts["vector_arith"] + counts["vector_mem"] + counts["vset"]
     vector_lmul1 = counts["vector_arith_lmul1"] + counts["vector_mem_lmul1"] + counts["vset"]
-    return {"raw": counts["scalar"] + vector, "scalar": counts["scalar"], "vector": vector,
-            "vector_lmul1": vector_lmul1, "lmul1": counts["scalar"] + vector_lmul1, "vset": counts["vset"]}
+    return {
+        "raw": counts["scalar"] + vector,
+        "scalar": counts["scalar"],
+        "vector": vector,
+        "vector_lmul1": vector_lmul1,
+        "lmul1": counts["scalar"] + vector_lmul1,
+        "vset": counts["vset"],
+    }
 
 
 def measured_counts(case: Case, region: dict, empty: dict) -> dict[str, int]:
@@ -105,8 +113,10 @@ def measured_counts(case: Case, region: dict, empty: dict) -> dict[str, int]:
         whole, overhead = _totals(region["all"]), _totals(empty["all"])
         return {k: whole[k] - overhead[k] for k in whole}
     if region["unknown_vtype"]:
-        raise DriverError(f"{case.id}: {region['unknown_vtype']} vector instructions ran before any vset*",
-                         "the LMUL weighting would be a guess; check the plugin's vtype tracking")
+        raise DriverError(
+            f"{case.id}: {region['unknown_vtype']} vector instructions ran before any vset*",
+            "the LMUL weighting would be a guess; check the plugin's vtype tracking",
+        )
     return _totals(region["lib"])
 
 
@@ -131,9 +141,19 @@ class Row:
         return row_key(self.config, self.case)
 
     def as_json(self) -> dict:
-        return {"key": self.key, "config": self.config, "variant": self.variant, "vlen": self.vlen,
-                "case": asdict(self.case), "id": self.case.id, "unit": self.case.unit, "units": self.case.units(),
-                "counts": self.counts, "per_unit": self.per_unit, "lower_bound": self.lower_bound}
+        return {
+            "key": self.key,
+            "config": self.config,
+            "variant": self.variant,
+            "vlen": self.vlen,
+            "case": asdict(self.case),
+            "id": self.case.id,
+            "unit": self.case.unit,
+            "units": self.case.units(),
+            "counts": self.counts,
+            "per_unit": self.per_unit,
+            "lower_bound": self.lower_bound,
+        }
 
 
 def rows_for(config: Config, regions: dict[int, dict], empty_label: int = 0) -> list[Row]:
@@ -143,8 +163,15 @@ def rows_for(config: Config, regions: dict[int, dict], empty_label: int = 0) -> 
     for label, case in enumerate(config.cases, 1):
         if label not in regions:
             raise DriverError(f"{config.name}: no count for {case.id} (region {label}); the guest stopped early")
-        rows.append(Row(config.name, config.variant, config.vlen, case,
-                        measured_counts(case, regions[label], regions[empty_label])))
+        rows.append(
+            Row(
+                config.name,
+                config.variant,
+                config.vlen,
+                case,
+                measured_counts(case, regions[label], regions[empty_label]),
+            )
+        )
     return rows
 
 
@@ -169,8 +196,7 @@ def compare(baseline: dict, current: dict, tolerance: float = TOLERANCE) -> tupl
         for fig in FIGURES:
             before, after = old["per_unit"][fig], row["per_unit"][fig]
             if after > before * (1 + tolerance) and after > before:
-                regressions.append(f"{row['key']}: {fig} {before:g} -> {after:g} per unit "
-                                   f"(+{_pct(before, after)})")
+                regressions.append(f"{row['key']}: {fig} {before:g} -> {after:g} per unit (+{_pct(before, after)})")
             elif after < before * (1 - tolerance):
                 improvements.append(f"{row['key']}: {fig} {before:g} -> {after:g} per unit ({_pct(before, after)})")
     return regressions, improvements, unmeasured
@@ -179,8 +205,11 @@ def compare(baseline: dict, current: dict, tolerance: float = TOLERANCE) -> tupl
 def _pct(before: float, after: float) -> str:
     if before == 0:
         return "new"
-    return f"{(after - before) / before * 100:+.1f}%".lstrip("+") if after < before else \
-        f"{(after - before) / before * 100:.1f}%"
+    return (
+        f"{(after - before) / before * 100:+.1f}%".lstrip("+")
+        if after < before
+        else f"{(after - before) / before * 100:.1f}%"
+    )
 
 
 def empty_document(meta: dict) -> dict:
@@ -192,10 +221,10 @@ def load_document(path: Path) -> dict:
     try:
         return json.loads(path.read_text())
     except FileNotFoundError as err:
-        raise ConfigError(f"no benchmark baseline at {path}",
-                          "run `./ci/nox -s bench -- --update-baseline` and commit bench/baseline.json") from err
-
-
+        raise ConfigError(
+            f"no benchmark baseline at {path}",
+            "run `./ci/nox -s bench -- --update-baseline` and commit bench/baseline.json",
+        ) from err
 
 
 def merge_into(baseline: dict, run: dict) -> dict:
@@ -205,8 +234,10 @@ def merge_into(baseline: dict, run: dict) -> dict:
     rows = [fresh.get(r["key"], r) for r in baseline["rows"]] + [r for r in run["rows"] if r["key"] in unknown]
     if all(r["key"] in fresh for r in baseline["rows"]):
         return {**baseline, "meta": run["meta"], "rows": rows}  # every row re-measured: the run's own document
-    meta = {**baseline["meta"], "partial_update": {k: run["meta"][k] for k in ("commit", "date")} |
-            {"rows": len(fresh)}}
+    meta = {
+        **baseline["meta"],
+        "partial_update": {k: run["meta"][k] for k in ("commit", "date")} | {"rows": len(fresh)},
+    }
     return {**baseline, "meta": meta, "rows": rows}
 
 
@@ -219,22 +250,32 @@ def updated_baseline(run: dict, only: Sequence[str], path: Path = BASELINE_FILE)
     return merge_into(base, run)
 
 
-def guard(baseline: dict, current: dict, require_every_row: bool, report: Callable[[str], None],
-          baseline_name: str = BASELINE_FILE.name) -> None:
+def guard(
+    baseline: dict,
+    current: dict,
+    require_every_row: bool,
+    report: Callable[[str], None],
+    baseline_name: str = BASELINE_FILE.name,
+) -> None:
     """Report improvements; fail if a figure grew by more than TOLERANCE, or (``require_every_row``) if a
     row of ``current`` has no baseline figures."""
     regressions, improvements, unmeasured = compare(baseline, current)
     for line in improvements:
         report(f"improved: {line}")
     if unmeasured:
-        message = (f"{len(unmeasured)} rows have no baseline figures ({', '.join(unmeasured[:4])}"
-                   f"{', ...' if len(unmeasured) > 4 else ''}); add them with `nox -s bench -- --update-baseline "
-                   "--only=...`")
+        message = (
+            f"{len(unmeasured)} rows have no baseline figures ({', '.join(unmeasured[:4])}"
+            f"{', ...' if len(unmeasured) > 4 else ''}); add them with `nox -s bench -- --update-baseline "
+            "--only=...`"
+        )
         if require_every_row:
             raise ConfigError(message)
         report(message)
     if regressions:
-        raise DriverError(f"{len(regressions)} figures grew by more than {TOLERANCE:.0%} against "
-                          f"{baseline_name}:\n  " + "\n  ".join(regressions))
-    report(f"no figure grew by more than {TOLERANCE:.0%} against {baseline_name} "
-           f"({len(current['rows'])} rows compared)")
+        raise DriverError(
+            f"{len(regressions)} figures grew by more than {TOLERANCE:.0%} against "
+            f"{baseline_name}:\n  " + "\n  ".join(regressions)
+        )
+    report(
+        f"no figure grew by more than {TOLERANCE:.0%} against {baseline_name} ({len(current['rows'])} rows compared)"
+    )

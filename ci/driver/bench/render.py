@@ -50,8 +50,9 @@ def summary_table(doc: dict) -> str:
         native = [r for r in doc["rows"] if r["id"] == case_id and r["case"]["impl"] == NATIVE]
         if native:
             r = native[0]
-            cells = [_fmt(r["per_unit"]["raw"]) if c == r["config"] or c == f"vlen{r['vlen']}" else "-"
-                     for c in configs]
+            cells = [
+                _fmt(r["per_unit"]["raw"]) if c == r["config"] or c == f"vlen{r['vlen']}" else "-" for c in configs
+            ]
         else:
             cells = [_fmt(by[(case_id, c)]["per_unit"]["raw"]) if (case_id, c) in by else "-" for c in configs]
         rows.append([case_id, *cells])
@@ -60,8 +61,18 @@ def summary_table(doc: dict) -> str:
 
 def detail_table(doc: dict, vlen: int | None = None) -> str:
     """Every figure per unit, one row per measured (configuration, case); only ``vlen``'s if given."""
-    head = ["configuration", "case", "unit", "raw", "scalar", "vector", "vector (LMUL-1 eq.)",
-            "LMUL-1 eq. total", "lower bound", "LMUL-1 eq. / bound"]
+    head = [
+        "configuration",
+        "case",
+        "unit",
+        "raw",
+        "scalar",
+        "vector",
+        "vector (LMUL-1 eq.)",
+        "LMUL-1 eq. total",
+        "lower bound",
+        "LMUL-1 eq. / bound",
+    ]
     rows = []
     for r in doc["rows"]:
         if vlen is not None and (r["vlen"] != vlen or r["variant"] == PORTABLE):
@@ -69,8 +80,20 @@ def detail_table(doc: dict, vlen: int | None = None) -> str:
         pu, lb = r["per_unit"], r["lower_bound"]
         ratio = f"{pu['lmul1'] / lb:.2f}x" if lb else "-"
         config = r["config"] if r["case"]["impl"] != NATIVE else f"{NATIVE} (VLEN {r['vlen']})"
-        rows.append([config, r["id"], r["unit"], _fmt(pu["raw"]), _fmt(pu["scalar"]), _fmt(pu["vector"]),
-                     _fmt(pu["vector_lmul1"]), _fmt(pu["lmul1"]), _fmt(lb), ratio])
+        rows.append(
+            [
+                config,
+                r["id"],
+                r["unit"],
+                _fmt(pu["raw"]),
+                _fmt(pu["scalar"]),
+                _fmt(pu["vector"]),
+                _fmt(pu["vector_lmul1"]),
+                _fmt(pu["lmul1"]),
+                _fmt(lb),
+                ratio,
+            ]
+        )
     return "\n".join(_table(head, rows))
 
 
@@ -78,16 +101,25 @@ def markdown(doc: dict) -> str:
     meta = doc["meta"]
     partial = meta.get("partial_update")
     measured = f"Commit {meta.get('commit', '?')}" + (
-        f" ({partial['rows']} rows re-measured at {partial['commit']})" if partial else "")
-    return "\n\n".join([
-        "# rvv-attn instruction counts",
-        f"{measured}, {meta.get('qemu', '?')}, one thread, H={HEADS}, H_kv={HEADS_KV}, "
-        f"D=Dv={HEAD_DIM}, decode with {DECODE_SPLITS} KV splits, shuffled cache slots. "
-        "Figures are instructions per KV token per KV head (decode) or per query-key pair per query head "
-        "(extend); rvv-attn's are counted inside its library, torch's SDPA over the whole call.",
-        "## Raw instructions per unit", summary_table(doc),
-        "## Every figure", doc["definitions"], detail_table(doc),
-    ]) + "\n"
+        f" ({partial['rows']} rows re-measured at {partial['commit']})" if partial else ""
+    )
+    return (
+        "\n\n".join(
+            [
+                "# rvv-attn instruction counts",
+                f"{measured}, {meta.get('qemu', '?')}, one thread, H={HEADS}, H_kv={HEADS_KV}, "
+                f"D=Dv={HEAD_DIM}, decode with {DECODE_SPLITS} KV splits, shuffled cache slots. "
+                "Figures are instructions per KV token per KV head (decode) or per query-key pair per query head "
+                "(extend); rvv-attn's are counted inside its library, torch's SDPA over the whole call.",
+                "## Raw instructions per unit",
+                summary_table(doc),
+                "## Every figure",
+                doc["definitions"],
+                detail_table(doc),
+            ]
+        )
+        + "\n"
+    )
 
 
 def plot(doc: dict, path: Path) -> None:
@@ -97,19 +129,37 @@ def plot(doc: dict, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    headline = {c.id for c in kernel_cases() if (c.op == "decode" and c.batch == 1 and c.seq == 4096)
-                or (c.op == "extend" and c.prefix == 1024)}
+    headline = {
+        c.id
+        for c in kernel_cases()
+        if (c.op == "decode" and c.batch == 1 and c.seq == 4096) or (c.op == "extend" and c.prefix == 1024)
+    }
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.5))
     for ax, op in zip(axes, ("decode", "extend")):
         for dtype in DTYPES:
-            rows = sorted((r for r in doc["rows"] if r["case"]["op"] == op and r["case"]["dtype"] == dtype
-                           and r["id"] in headline and r["variant"] != PORTABLE), key=lambda r: r["vlen"])
+            rows = sorted(
+                (
+                    r
+                    for r in doc["rows"]
+                    if r["case"]["op"] == op
+                    and r["case"]["dtype"] == dtype
+                    and r["id"] in headline
+                    and r["variant"] != PORTABLE
+                ),
+                key=lambda r: r["vlen"],
+            )
             if not rows:
                 continue
-            line, = ax.plot([r["vlen"] for r in rows], [r["per_unit"]["raw"] for r in rows], "o-",
-                            label=f"rvv-attn {dtype}")
-            ax.plot([r["vlen"] for r in rows], [r["lower_bound"] for r in rows], "--", color=line.get_color(),
-                    label=f"lower bound {dtype}")
+            (line,) = ax.plot(
+                [r["vlen"] for r in rows], [r["per_unit"]["raw"] for r in rows], "o-", label=f"rvv-attn {dtype}"
+            )
+            ax.plot(
+                [r["vlen"] for r in rows],
+                [r["lower_bound"] for r in rows],
+                "--",
+                color=line.get_color(),
+                label=f"lower bound {dtype}",
+            )
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
         ax.set_xticks([v.vlen for v in variants()], [str(v.vlen) for v in variants()])
@@ -130,17 +180,20 @@ def plot(doc: dict, path: Path) -> None:
 
 
 def docs_section(doc: dict) -> str:
-    return "\n\n".join([TABLE_START, summary_table(doc), f"At VLEN {HEADLINE_VLEN}:",
-                        detail_table(doc, vlen=HEADLINE_VLEN), TABLE_END])
+    return "\n\n".join(
+        [TABLE_START, summary_table(doc), f"At VLEN {HEADLINE_VLEN}:", detail_table(doc, vlen=HEADLINE_VLEN), TABLE_END]
+    )
 
 
 def update_docs_tables(text: str, doc: dict, page: str = "docs/benchmarks.md") -> str:
     """Replace the marked benchmark section of the docs page ``text`` with this run's tables."""
     start, end = text.find(TABLE_START), text.find(TABLE_END)
     if start < 0 or end < start:
-        raise ConfigError(f"{page} has no {TABLE_START} ... {TABLE_END} section to update",
-                          "put the two markers back around the tables; the update replaces what is between them")
-    return text[:start] + docs_section(doc) + text[end + len(TABLE_END):]
+        raise ConfigError(
+            f"{page} has no {TABLE_START} ... {TABLE_END} section to update",
+            "put the two markers back around the tables; the update replaces what is between them",
+        )
+    return text[:start] + docs_section(doc) + text[end + len(TABLE_END) :]
 
 
 def write_results(doc: dict, folder: Path) -> list[Path]:
@@ -153,8 +206,9 @@ def write_results(doc: dict, folder: Path) -> list[Path]:
     return paths
 
 
-def write_baseline(doc: dict, path: Path = BASELINE_FILE, renderings: Path = BASELINE_RENDERINGS,
-                   page: Path = DOCS_PAGE) -> list[Path]:
+def write_baseline(
+    doc: dict, path: Path = BASELINE_FILE, renderings: Path = BASELINE_RENDERINGS, page: Path = DOCS_PAGE
+) -> list[Path]:
     """``doc`` becomes the baseline: bench/baseline.json, its bench.md and the docs page's tables.
 
     The page is read first, so a page without the markers fails before anything is written. The plot is
@@ -163,8 +217,10 @@ def write_baseline(doc: dict, path: Path = BASELINE_FILE, renderings: Path = BAS
     try:
         text = update_docs_tables(page.read_text(), doc, page.name)
     except FileNotFoundError as err:
-        raise ConfigError(f"no {page} to update the benchmark tables of",
-                          "the tables live between the bench-table markers of docs/benchmarks.md") from err
+        raise ConfigError(
+            f"no {page} to update the benchmark tables of",
+            "the tables live between the bench-table markers of docs/benchmarks.md",
+        ) from err
     path.write_text(json.dumps(doc, indent=1) + "\n")
     renderings.mkdir(parents=True, exist_ok=True)
     (renderings / "bench.md").write_text(markdown(doc))
@@ -174,8 +230,15 @@ def write_baseline(doc: dict, path: Path = BASELINE_FILE, renderings: Path = BAS
 
 def plot_in_session(session: steps.Session, document: Path, out: Path) -> None:
     """Draw the plot of ``document`` with the session's Python (it has matplotlib; the driver's may not)."""
-    session.run("python", "-m", "driver.bench", "plot", str(document), str(out),
-                env={"PYTHONPATH": str(Path(__file__).resolve().parents[2])})
+    session.run(
+        "python",
+        "-m",
+        "driver.bench",
+        "plot",
+        str(document),
+        str(out),
+        env={"PYTHONPATH": str(Path(__file__).resolve().parents[2])},
+    )
 
 
 def write_run(session: steps.Session, doc: dict, folder: Path) -> None:
@@ -189,5 +252,7 @@ def update_baseline(session: steps.Session, doc: dict) -> None:
     """``doc`` becomes the baseline: write_baseline, then the plot beside bench.md."""
     written = write_baseline(doc)
     plot_in_session(session, written[0], BASELINE_RENDERINGS / PLOT_NAME)
-    log(f"baseline written: {', '.join(str(p.relative_to(PROJECT_ROOT)) for p in written)} and "
-        f"bench/results/{PLOT_NAME}; commit them with the change that explains them")
+    log(
+        f"baseline written: {', '.join(str(p.relative_to(PROJECT_ROOT)) for p in written)} and "
+        f"bench/results/{PLOT_NAME}; commit them with the change that explains them"
+    )

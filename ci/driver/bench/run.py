@@ -49,9 +49,19 @@ class Runner:
 
     def command(self, config: Config, cases_file: Path, outfile: Path) -> list[str]:
         cpu = Variant(config.vlen).qemu_cpu()
-        return [str(self.qemu), "-plugin", f"{self.plugin},outfile={outfile}", "-L", str(self.sysroot),
-                "-cpu", cpu, str(self.sysroot / "usr/bin/python3"), str(GUEST_SCRIPT), str(cases_file),
-                config.variant]
+        return [
+            str(self.qemu),
+            "-plugin",
+            f"{self.plugin},outfile={outfile}",
+            "-L",
+            str(self.sysroot),
+            "-cpu",
+            cpu,
+            str(self.sysroot / "usr/bin/python3"),
+            str(GUEST_SCRIPT),
+            str(cases_file),
+            config.variant,
+        ]
 
     def run(self, config: Config, env: dict[str, str], report: Callable[[str], None]) -> tuple[list[Row], float, float]:
         """Run one configuration; (rows, wall seconds, CPU seconds of the emulator)."""
@@ -63,8 +73,15 @@ class Runner:
         started = time.monotonic()
         cmd = self.command(config, cases_file, outfile)
         with log_file.open("w") as log:
-            proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                    stdin=subprocess.DEVNULL, errors="replace")
+            proc = subprocess.Popen(
+                cmd,
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+                stdin=subprocess.DEVNULL,
+                errors="replace",
+            )
             assert proc.stdout is not None
             for line in proc.stdout:
                 log.write(line)
@@ -79,9 +96,11 @@ class Runner:
         return rows, time.monotonic() - started, usage.ru_utime + usage.ru_stime
 
 
-def run_all(runner: Runner, configs: Sequence[Config], env: dict[str, str], jobs: int,
-            report: Callable[[str], None]) -> list[Row]:
+def run_all(
+    runner: Runner, configs: Sequence[Config], env: dict[str, str], jobs: int, report: Callable[[str], None]
+) -> list[Row]:
     """Run the configurations, ``jobs`` at a time; rows in the order of ``configs``."""
+
     def one(config: Config) -> list[Row]:
         report(f"{config.name}: {len(config.cases)} cases at VLEN {config.vlen} ...")
         rows, seconds, cpu = runner.run(config, env, report)
@@ -116,6 +135,7 @@ def measure(runner: Runner, configs: Sequence[Config], jobs: int) -> dict:
 
 def run_meta(qemu: Path, seconds: float) -> dict:
     """What a result file records beside the figures: commit, QEMU version, threads, wall time, date."""
+
     def git(*args: str) -> str:
         proc = subprocess.run(["git", *args], cwd=PROJECT_ROOT, capture_output=True, text=True)
         return proc.stdout.strip()
@@ -123,8 +143,13 @@ def run_meta(qemu: Path, seconds: float) -> dict:
     from ..plugin_qemu import qemu_version
 
     dirty = "+changes" if git("status", "--porcelain", "--untracked-files=no") else ""
-    return {"commit": git("rev-parse", "--short", "HEAD") + dirty, "qemu": qemu_version(qemu),
-            "threads": 1, "wall_seconds": round(seconds), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+    return {
+        "commit": git("rev-parse", "--short", "HEAD") + dirty,
+        "qemu": qemu_version(qemu),
+        "threads": 1,
+        "wall_seconds": round(seconds),
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+    }
 
 
 def check(runner: Runner, out: Path) -> None:
