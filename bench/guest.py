@@ -1,6 +1,6 @@
 """Benchmark cases, run inside the emulated riscv64 target under the insn_count plugin.
 
-Usage (by ci/cross/bench.py): python3 guest.py <cases.json> <variant>
+Usage (by ci/driver/bench/run.py): python3 guest.py <cases.json> <variant>
 
 For each case it builds the inputs (fixed seeds, shuffled cache slots), warms
 the operator up once on a small shape of the same kind, then calls it once
@@ -74,8 +74,10 @@ class Caches:
             slots, hkv, d, dv = self.shape
             g = torch.Generator().manual_seed(1)
             if dtype == "bf16":
-                self._made[dtype] = (torch.randn(slots, hkv, d, generator=g).bfloat16(),
-                                     torch.randn(slots, hkv, dv, generator=g).bfloat16())
+                self._made[dtype] = (
+                    torch.randn(slots, hkv, d, generator=g).bfloat16(),
+                    torch.randn(slots, hkv, dv, generator=g).bfloat16(),
+                )
             else:
                 k = torch.randint(-127, 128, (slots, hkv, d), generator=g, dtype=torch.int8)
                 v = torch.randint(-127, 128, (slots, hkv, dv), generator=g, dtype=torch.int8)
@@ -126,22 +128,58 @@ def decode_call(case: dict, caches: Caches):
                 idx = req_to_token[pools[i], :s]
                 k, v = k_buf[idx].transpose(0, 1), v_buf[idx].transpose(0, 1)
                 out = torch.nn.functional.scaled_dot_product_attention(
-                    query[i].unsqueeze(1), k, v, scale=sm_scale, enable_gqa=True)
+                    query[i].unsqueeze(1), k, v, scale=sm_scale, enable_gqa=True
+                )
                 output[i] = out.squeeze(1)
+
         return native
     if case["dtype"] == "bf16":
-        args = (query, *kv, output, key, value, loc, logits, req_to_token, pools, seq_lens, sm_scale, 0.0,
-                False, case["window"] or -1, None, _sinks(case, g))
+        args = (
+            query,
+            *kv,
+            output,
+            key,
+            value,
+            loc,
+            logits,
+            req_to_token,
+            pools,
+            seq_lens,
+            sm_scale,
+            0.0,
+            False,
+            case["window"] or -1,
+            None,
+            _sinks(case, g),
+        )
         return lambda: OPS.decode_attention_cpu(*args)
     scale = STATIC_SCALE if case["dtype"] == "int8-static" else float("nan")
-    args = (query, kv[0], kv[1], output, key, value, loc, logits, req_to_token, pools, seq_lens, sm_scale, 0.0,
-            kv[2], kv[3], scale, scale)
+    args = (
+        query,
+        kv[0],
+        kv[1],
+        output,
+        key,
+        value,
+        loc,
+        logits,
+        req_to_token,
+        pools,
+        seq_lens,
+        sm_scale,
+        0.0,
+        kv[2],
+        kv[3],
+        scale,
+        scale,
+    )
     return lambda: OPS.decode_attention_int8_cpu(*args)
 
 
 def extend_call(case: dict, caches: Caches):
-    b, p, n, h, hkv, d, dv = (case[k] for k in ("batch", "prefix", "new", "heads", "heads_kv", "head_dim",
-                                                "head_dim_v"))
+    b, p, n, h, hkv, d, dv = (
+        case[k] for k in ("batch", "prefix", "new", "heads", "heads_kv", "head_dim", "head_dim_v")
+    )
     g = torch.Generator().manual_seed(3)
     req_to_token, pools = _token_map(g, b, p + n, own_last=False)
     q = torch.randn(b * n, h, d, generator=g).bfloat16()
@@ -165,8 +203,10 @@ def extend_call(case: dict, caches: Caches):
                 k = torch.cat([k_buf[idx], k_new[rows]]).transpose(0, 1)
                 v = torch.cat([v_buf[idx], v_new[rows]]).transpose(0, 1)
                 out = torch.nn.functional.scaled_dot_product_attention(
-                    q[rows].transpose(0, 1), k, v, attn_mask=allowed, scale=sm_scale, enable_gqa=True)
+                    q[rows].transpose(0, 1), k, v, attn_mask=allowed, scale=sm_scale, enable_gqa=True
+                )
                 o[rows] = out.transpose(0, 1)
+
         return native
     common = (q, k_new, v_new, o, kv[0], kv[1], req_to_token, pools, seq_lens, ext_lens, starts, n, sm_scale, 0.0)
     if case["dtype"] == "bf16":
@@ -182,8 +222,7 @@ def _sinks(case: dict, g: torch.Generator) -> torch.Tensor | None:
 
 def varlen_call(case: dict, caches: Caches):
     """A vision encoder's dense attention: ``batch`` images of ``new`` patches each."""
-    images, patches, h, hkv, d, dv = (case[k] for k in ("batch", "new", "heads", "heads_kv", "head_dim",
-                                                        "head_dim_v"))
+    images, patches, h, hkv, d, dv = (case[k] for k in ("batch", "new", "heads", "heads_kv", "head_dim", "head_dim_v"))
     g = torch.Generator().manual_seed(4)
     q = torch.randn(images * patches, h, d, generator=g).bfloat16()
     k = torch.randn(images * patches, hkv, d, generator=g).bfloat16()
@@ -196,8 +235,9 @@ def varlen_call(case: dict, caches: Caches):
             for i in range(images):
                 rows = slice(i * patches, (i + 1) * patches)
                 out[rows] = torch.nn.functional.scaled_dot_product_attention(
-                    q[rows].transpose(0, 1), k[rows].transpose(0, 1), v[rows].transpose(0, 1),
-                    enable_gqa=True).transpose(0, 1)
+                    q[rows].transpose(0, 1), k[rows].transpose(0, 1), v[rows].transpose(0, 1), enable_gqa=True
+                ).transpose(0, 1)
+
         return native
     return lambda: OPS.flash_attn_varlen_func(q, k, v, cu, cu, patches, patches, False)
 
@@ -237,8 +277,11 @@ def main(cases_file: str, variant: str) -> None:
         mark(MARK_START, case["label"])
         call()
         mark(MARK_END, case["label"])
-        print(f"[bench {variant}] [{i}/{len(cases)}] {case['id']}: {time.monotonic() - started:.1f} s",
-              file=sys.stderr, flush=True)
+        print(
+            f"[bench {variant}] [{i}/{len(cases)}] {case['id']}: {time.monotonic() - started:.1f} s",
+            file=sys.stderr,
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

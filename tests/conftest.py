@@ -25,8 +25,8 @@ from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, settings
-from hypothesis import core as hypothesis_core
 from hypothesis import __version__ as hypothesis_version
+from hypothesis import core as hypothesis_core
 
 _SEED = pytest.StashKey[int]()
 _DESELECTED = pytest.StashKey[int]()
@@ -41,10 +41,17 @@ _LOOKUP_REPORT = pytest.StashKey[dict]()
 # configuration draws the same ones. The seed is printed in the report header;
 # `--hypothesis-seed=N` replays a run (or explores another seed). A failure
 # also prints the falsifying example and a @reproduce_failure blob.
-_common = dict(deadline=None, print_blob=True, database=None,
-               suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
-                                      # kernel_variant only selects a variant: sharing it across examples is intended
-                                      HealthCheck.function_scoped_fixture])
+_common = dict(
+    deadline=None,
+    print_blob=True,
+    database=None,
+    suppress_health_check=[
+        HealthCheck.too_slow,
+        HealthCheck.data_too_large,
+        # kernel_variant only selects a variant: sharing it across examples is intended
+        HealthCheck.function_scoped_fixture,
+    ],
+)
 settings.register_profile("ci", max_examples=20, **_common)
 settings.register_profile("dev", max_examples=400, **_common)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
@@ -60,9 +67,13 @@ def default_hypothesis_seed() -> int:
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    parser.addoption("--kernel-lookups-report", metavar="FILE", default=None,
-                     help="write, per test, how often it looked up the kernel table (JSON): which tests could be "
-                          "marked variant_independent")
+    parser.addoption(
+        "--kernel-lookups-report",
+        metavar="FILE",
+        default=None,
+        help="write, per test, how often it looked up the kernel table (JSON): which tests could be "
+        "marked variant_independent",
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -71,6 +82,7 @@ def pytest_configure(config: pytest.Config) -> None:
     # The hypothesis plugin applies --hypothesis-seed the same way; without it, the configuration's own seed.
     hypothesis_core.global_force_seed = seed
     config.stash[_SEED] = seed
+
 
 try:
     import rvv_attn
@@ -95,8 +107,10 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
         lines.append(f"rvv-attn: qemu -cpu {os.environ['RVV_ATTN_QEMU_CPU']}")
     lines.append(f"rvv-attn: kernel tests run {' and '.join(runnable_variants())}")
     seed = config.stash[_SEED]
-    lines.append(f"rvv-attn: hypothesis {hypothesis_version}, profile {settings.default.max_examples} examples, "
-                 f"seed {seed} (replay: --hypothesis-seed={seed})")
+    lines.append(
+        f"rvv-attn: hypothesis {hypothesis_version}, profile {settings.default.max_examples} examples, "
+        f"seed {seed} (replay: --hypothesis-seed={seed})"
+    )
     return lines
 
 
@@ -155,11 +169,14 @@ def _deselect(config: pytest.Config, items: list[pytest.Item], keyword: str) -> 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     both = [item.nodeid for item in items if "variant_independent" in item.keywords and "rvv" in item.keywords]
     if both:
-        raise pytest.UsageError(f"marked both rvv and variant_independent (an RVV test depends on the variant): "
-                                f"{', '.join(both)}")
+        raise pytest.UsageError(
+            f"marked both rvv and variant_independent (an RVV test depends on the variant): {', '.join(both)}"
+        )
     if VARIANT_INDEPENDENT not in ("run", "deselect"):
-        raise pytest.UsageError(f"RVV_ATTN_VARIANT_INDEPENDENT={VARIANT_INDEPENDENT}: use 'run' (the default) or "
-                                "'deselect' (a configuration other than the one that runs them)")
+        raise pytest.UsageError(
+            f"RVV_ATTN_VARIANT_INDEPENDENT={VARIANT_INDEPENDENT}: use 'run' (the default) or "
+            "'deselect' (a configuration other than the one that runs them)"
+        )
     if VARIANT_INDEPENDENT == "deselect":
         _deselect(config, items, "variant_independent")
     if EXPECTED_VARIANT:
@@ -178,8 +195,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             f"RVV_ATTN_EXPECT_VARIANT={EXPECTED_VARIANT} but the active variant is "
             f"{rvv_attn.runtime_info()['active_variant']}: the RVV build is missing or was not selected"
         )
-    skip = pytest.mark.skip(reason="needs an RVV build at the CPU's VLEN: run `nox -s test-vlen256` (or another VLEN)"
-                            if not EXPECTED_VARIANT else "this CPU has no V extension")
+    skip = pytest.mark.skip(
+        reason="needs an RVV build at the CPU's VLEN: run `nox -s test-vlen256` (or another VLEN)"
+        if not EXPECTED_VARIANT
+        else "this CPU has no V extension"
+    )
     for item in items:
         if "rvv" in item.keywords:
             item.add_marker(skip)
@@ -196,8 +216,9 @@ def kernel_variant(request: pytest.FixtureRequest):
     before = _table_lookups()
     with rvv_attn.use_variant(request.param) as name:
         active = rvv_attn.runtime_info()["active_variant"]
-        assert name == request.param and active == request.param, \
+        assert name == request.param and active == request.param, (
             f"asked for kernel variant {request.param}, but {active} is active"
+        )
         # Selecting and checking the variant looks the table up; that is not the test reaching a kernel.
         stash = request.node.stash
         stash[_LOOKUPS_EXCUSED] = stash.get(_LOOKUPS_EXCUSED, 0) + _table_lookups() - before
@@ -229,4 +250,5 @@ def pytest_runtest_call(item: pytest.Item):
             raise AssertionError(
                 f"{item.nodeid} is marked variant_independent but looked up the kernel table {lookups} time(s): "
                 "it called a kernel (or asked for the variant's blocking or name), so its result can depend on "
-                "the VLEN. Remove the marker: it then runs in every emulated configuration.")
+                "the VLEN. Remove the marker: it then runs in every emulated configuration."
+            )

@@ -29,13 +29,25 @@ import torch
 # Sentinels of the base tensors around strided views: NaN for floats (a read
 # of it poisons the result), -128 for int8 (the quantizer clamps to
 # [-127, 127], so the cache never holds it), an invalid slot for indices.
-SENTINEL = {torch.float32: float("nan"), torch.bfloat16: float("nan"), torch.float16: float("nan"),
-            torch.float64: float("nan"), torch.int8: -128, torch.int32: -(2**31), torch.int64: -(2**62)}
+SENTINEL = {
+    torch.float32: float("nan"),
+    torch.bfloat16: float("nan"),
+    torch.float16: float("nan"),
+    torch.float64: float("nan"),
+    torch.int8: -128,
+    torch.int32: -(2**31),
+    torch.int64: -(2**62),
+}
 
 
-def embed(x: torch.Tensor, lead: Sequence[int], trail: Sequence[int] | None = None,
-          step: Sequence[int] | None = None, swap: tuple[int, int] | None = None,
-          sentinel: float | None = None) -> torch.Tensor:
+def embed(
+    x: torch.Tensor,
+    lead: Sequence[int],
+    trail: Sequence[int] | None = None,
+    step: Sequence[int] | None = None,
+    swap: tuple[int, int] | None = None,
+    sentinel: float | None = None,
+) -> torch.Tensor:
     """``x`` copied into a view of a larger sentinel-filled tensor.
 
     Per dimension i the base has ``lead[i]`` sentinel elements before the view,
@@ -135,7 +147,9 @@ def call(op, args: Mapping[str, object], writes: Mapping[str, torch.Tensor] | No
         storage.args.append((name, value))
         if name in writes:
             mask = writes[name]
-            assert mask.shape == value.shape, f"writes[{name!r}] has shape {tuple(mask.shape)}, not {tuple(value.shape)}"
+            assert mask.shape == value.shape, (
+                f"writes[{name!r}] has shape {tuple(mask.shape)}, not {tuple(value.shape)}"
+            )
             storage.allowed[_byte_positions(value)[mask].reshape(-1)] = True
     before = {k: (v.clone() if torch.is_tensor(v) else v) for k, v in args.items()}
     try:
@@ -155,8 +169,10 @@ def _check(op, storages: Mapping[int, _Storage], context: str) -> None:
         if stray.any():
             first = int(stray.nonzero()[0])
             count = int(stray.sum())
-            raise AssertionError(f"{op}: {count} byte(s) changed where nothing may be written{context}; "
-                                 f"the first at {storage.where(first)}")
+            raise AssertionError(
+                f"{op}: {count} byte(s) changed where nothing may be written{context}; "
+                f"the first at {storage.where(first)}"
+            )
 
 
 # ---- what each operator documents that it writes ------------------------------------------------
@@ -173,14 +189,17 @@ def _new_token_slots(a: Mapping[str, object]) -> list[int]:
         off = int(enc[b]) if enc is not None and b < enc.numel() else 0
         if not (0 <= row < m.shape[0]) or ext <= 0 or off < 0 or off + total > m.shape[1]:
             continue  # an invalid call: rejected, and then nothing may change
-        slots += [int(s) for s in m[row, off + max(total - ext, 0):off + total].tolist()]
+        slots += [int(s) for s in m[row, off + max(total - ext, 0) : off + total].tolist()]
     return slots
 
 
 def _owned_rows(a: Mapping[str, object]) -> list[int]:
     """Rows of o_extend some sequence owns: extend_start_loc[b] ..+ extend_seq_lens[b]."""
-    return [r for start, n in zip(a["extend_start_loc"].tolist(), a["extend_seq_lens"].tolist())
-            for r in range(start, start + max(n, 0))]
+    return [
+        r
+        for start, n in zip(a["extend_start_loc"].tolist(), a["extend_seq_lens"].tolist())
+        for r in range(start, start + max(n, 0))
+    ]
 
 
 def documented_writes(name: str, a: Mapping[str, object]) -> dict[str, torch.Tensor]:

@@ -10,17 +10,25 @@ import math
 import torch
 
 
-def write_kv(k_buffer: torch.Tensor, v_buffer: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
-             loc: torch.Tensor) -> None:
+def write_kv(
+    k_buffer: torch.Tensor, v_buffer: torch.Tensor, key: torch.Tensor, value: torch.Tensor, loc: torch.Tensor
+) -> None:
     """What decode_set_kv_buffer must do, by plain indexing."""
     for b, slot in enumerate(loc.tolist()):
         k_buffer[slot] = key[b]
         v_buffer[slot] = value[b]
 
 
-def decode_attention(query: torch.Tensor, k_buffer: torch.Tensor, v_buffer: torch.Tensor,
-                     req_to_token: torch.Tensor, req_pool_indices: torch.Tensor, seq_lens: torch.Tensor,
-                     sm_scale: float, logit_cap: float) -> torch.Tensor:
+def decode_attention(
+    query: torch.Tensor,
+    k_buffer: torch.Tensor,
+    v_buffer: torch.Tensor,
+    req_to_token: torch.Tensor,
+    req_pool_indices: torch.Tensor,
+    seq_lens: torch.Tensor,
+    sm_scale: float,
+    logit_cap: float,
+) -> torch.Tensor:
     """Decode attention in float64, one sequence at a time, over the whole score row.
 
     Sequence b's query heads attend over cache slots
@@ -42,10 +50,20 @@ def decode_attention(query: torch.Tensor, k_buffer: torch.Tensor, v_buffer: torc
     return out
 
 
-def extend_attention(q_extend: torch.Tensor, k_extend: torch.Tensor, v_extend: torch.Tensor,
-                     k_buffer: torch.Tensor, v_buffer: torch.Tensor, req_to_token: torch.Tensor,
-                     req_pool_indices: torch.Tensor, seq_lens: torch.Tensor, extend_seq_lens: torch.Tensor,
-                     extend_start_loc: torch.Tensor, sm_scale: float, logit_cap: float) -> torch.Tensor:
+def extend_attention(
+    q_extend: torch.Tensor,
+    k_extend: torch.Tensor,
+    v_extend: torch.Tensor,
+    k_buffer: torch.Tensor,
+    v_buffer: torch.Tensor,
+    req_to_token: torch.Tensor,
+    req_pool_indices: torch.Tensor,
+    seq_lens: torch.Tensor,
+    extend_seq_lens: torch.Tensor,
+    extend_start_loc: torch.Tensor,
+    sm_scale: float,
+    logit_cap: float,
+) -> torch.Tensor:
     """What extend_attention_cpu must compute, in float64, one sequence at a time.
 
     Returns a float64 tensor shaped like the output, [T, H, Dv]; rows that no
@@ -86,6 +104,7 @@ def extend_attention(q_extend: torch.Tensor, k_extend: torch.Tensor, v_extend: t
 # replaced by 1.0 when it is 0 (an all-zero row). q = round(x / s) with the
 # division in float32, rounding half to even, clamped to [-127, 127].
 
+
 def quantize_int8(x: torch.Tensor, scale: float | None) -> tuple[torch.Tensor, torch.Tensor]:
     """Quantize rows x[..., D] -> (int8 [..., D], float32 scales [...])."""
     xf = x.float()
@@ -105,8 +124,9 @@ def dequantize_int8(cache: torch.Tensor, scale_buf: torch.Tensor, scale: float) 
     return cache.double() * torch.tensor(scale, dtype=torch.float32).double()
 
 
-def write_kv_int8(cache: torch.Tensor, scale_buf: torch.Tensor, rows: torch.Tensor, slots: list[int],
-                  scale: float) -> None:
+def write_kv_int8(
+    cache: torch.Tensor, scale_buf: torch.Tensor, rows: torch.Tensor, slots: list[int], scale: float
+) -> None:
     """Write new rows [N, H_kv, D] to slots of an int8 cache (in place), as the int8 operators do.
 
     int8 rows are copied as they are (their scales are the caller's business);
@@ -124,9 +144,17 @@ def write_kv_int8(cache: torch.Tensor, scale_buf: torch.Tensor, rows: torch.Tens
             cache[slot] = quantize_int8(rows[i], scale)[0]
 
 
-def decode_split_partials(query: torch.Tensor, k_buffer: torch.Tensor, v_buffer: torch.Tensor,
-                          req_to_token: torch.Tensor, req_pool_indices: torch.Tensor, seq_lens: torch.Tensor,
-                          sm_scale: float, logit_cap: float, splits: int) -> tuple[torch.Tensor, torch.Tensor]:
+def decode_split_partials(
+    query: torch.Tensor,
+    k_buffer: torch.Tensor,
+    v_buffer: torch.Tensor,
+    req_to_token: torch.Tensor,
+    req_pool_indices: torch.Tensor,
+    seq_lens: torch.Tensor,
+    sm_scale: float,
+    logit_cap: float,
+    splits: int,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """What decode must leave in attn_logits, in float64: ([B, H, splits, Dv] partial outputs, [B, H, splits] LSE).
 
     Split s of a sequence of length L covers tokens [s * ceil(L / splits),
@@ -161,8 +189,16 @@ def decode_split_partials(query: torch.Tensor, k_buffer: torch.Tensor, v_buffer:
 # Written from the contract, with explicit visibility masks over decoder
 # positions (the kernels instead narrow key ranges per split / per block).
 
-def _attend(queries: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, visible: torch.Tensor,
-            sm_scale: float, logit_cap: float, sinks: torch.Tensor | None) -> torch.Tensor:
+
+def _attend(
+    queries: torch.Tensor,
+    keys: torch.Tensor,
+    values: torch.Tensor,
+    visible: torch.Tensor,
+    sm_scale: float,
+    logit_cap: float,
+    sinks: torch.Tensor | None,
+) -> torch.Tensor:
     """softmax(scores masked by ``visible``, with a sink column per head that is dropped after) @ values.
 
     queries [H, Q, D], keys [H, K, D], values [H, K, Dv], visible [Q, K] bool.
@@ -183,11 +219,21 @@ def _attend(queries: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, vis
     return weights @ values
 
 
-def decode_attention_options(query: torch.Tensor, k_buffer: torch.Tensor, v_buffer: torch.Tensor,
-                             req_to_token: torch.Tensor, req_pool_indices: torch.Tensor, seq_lens: torch.Tensor,
-                             sm_scale: float, logit_cap: float, *, window: int = -1,
-                             sinks: torch.Tensor | None = None, encoder_lens: torch.Tensor | None = None,
-                             cross: bool = False) -> torch.Tensor:
+def decode_attention_options(
+    query: torch.Tensor,
+    k_buffer: torch.Tensor,
+    v_buffer: torch.Tensor,
+    req_to_token: torch.Tensor,
+    req_pool_indices: torch.Tensor,
+    seq_lens: torch.Tensor,
+    sm_scale: float,
+    logit_cap: float,
+    *,
+    window: int = -1,
+    sinks: torch.Tensor | None = None,
+    encoder_lens: torch.Tensor | None = None,
+    cross: bool = False,
+) -> torch.Tensor:
     """Decode with SGLang main's options, float64 [B, H, Dv].
 
     Self attention: the query (position L - 1) sees decoder positions j with
@@ -205,7 +251,7 @@ def decode_attention_options(query: torch.Tensor, k_buffer: torch.Tensor, v_buff
             visible = torch.ones(1, enc, dtype=torch.bool)
         else:
             length = int(seq_lens[b])
-            slots = row[enc:enc + length].long()
+            slots = row[enc : enc + length].long()
             positions = torch.arange(length)
             visible = (positions >= length - window) if window > 0 else torch.ones(length, dtype=torch.bool)
             visible = visible[None, :]
@@ -215,12 +261,25 @@ def decode_attention_options(query: torch.Tensor, k_buffer: torch.Tensor, v_buff
     return out
 
 
-def extend_attention_options(q_extend: torch.Tensor, k_extend: torch.Tensor | None, v_extend: torch.Tensor | None,
-                             k_buffer: torch.Tensor, v_buffer: torch.Tensor, req_to_token: torch.Tensor,
-                             req_pool_indices: torch.Tensor, seq_lens: torch.Tensor, extend_seq_lens: torch.Tensor,
-                             extend_start_loc: torch.Tensor, sm_scale: float, logit_cap: float, *, window: int = -1,
-                             sinks: torch.Tensor | None = None, encoder_lens: torch.Tensor | None = None,
-                             cross: bool = False) -> torch.Tensor:
+def extend_attention_options(
+    q_extend: torch.Tensor,
+    k_extend: torch.Tensor | None,
+    v_extend: torch.Tensor | None,
+    k_buffer: torch.Tensor,
+    v_buffer: torch.Tensor,
+    req_to_token: torch.Tensor,
+    req_pool_indices: torch.Tensor,
+    seq_lens: torch.Tensor,
+    extend_seq_lens: torch.Tensor,
+    extend_start_loc: torch.Tensor,
+    sm_scale: float,
+    logit_cap: float,
+    *,
+    window: int = -1,
+    sinks: torch.Tensor | None = None,
+    encoder_lens: torch.Tensor | None = None,
+    cross: bool = False,
+) -> torch.Tensor:
     """Extend with SGLang main's options, float64 [T, H, Dv] (rows no sequence owns: NaN).
 
     Self attention: new token i (position P + i) sees the prefix (columns
@@ -246,7 +305,7 @@ def extend_attention_options(q_extend: torch.Tensor, k_extend: torch.Tensor | No
             keys, values = k_buffer[slots], v_buffer[slots]
             visible = torch.ones(ext, enc, dtype=torch.bool)
         else:
-            slots = row[enc:enc + prefix].long()
+            slots = row[enc : enc + prefix].long()
             keys = torch.cat([k_buffer[slots], k_extend[rows]])
             values = torch.cat([v_buffer[slots], v_extend[rows]])
             key_pos = torch.arange(prefix + ext)[None, :]
@@ -256,13 +315,20 @@ def extend_attention_options(q_extend: torch.Tensor, k_extend: torch.Tensor | No
                 visible &= key_pos > query_pos - window
         k = keys.double().repeat_interleave(group, dim=1).transpose(0, 1)
         v = values.double().repeat_interleave(group, dim=1).transpose(0, 1)
-        out[rows] = _attend(q_extend[rows].double().transpose(0, 1), k, v, visible, sm_scale, logit_cap,
-                            sinks).transpose(0, 1)
+        out[rows] = _attend(
+            q_extend[rows].double().transpose(0, 1), k, v, visible, sm_scale, logit_cap, sinks
+        ).transpose(0, 1)
     return out
 
 
-def flash_attn_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torch.Tensor,
-                      cu_seqlens_k: torch.Tensor, causal: bool) -> torch.Tensor:
+def flash_attn_varlen(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    cu_seqlens_q: torch.Tensor,
+    cu_seqlens_k: torch.Tensor,
+    causal: bool,
+) -> torch.Tensor:
     """Dense variable-length attention in float64, [Tq, H, Dv]; rows no sequence covers are 0.
 
     Sequence b: queries q[cu_q[b]:cu_q[b+1]], keys/values k, v[cu_k[b]:cu_k[b+1]];
@@ -280,6 +346,7 @@ def flash_attn_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seql
         visible = torch.ones(q1 - q0, k1 - k0, dtype=torch.bool)
         if causal:
             visible = torch.arange(k1 - k0)[None, :] <= torch.arange(q1 - q0)[:, None]
-        out[q0:q1] = _attend(q[q0:q1].double().transpose(0, 1), keys, values, visible, 1.0 / math.sqrt(head_dim),
-                             0.0, None).transpose(0, 1)
+        out[q0:q1] = _attend(
+            q[q0:q1].double().transpose(0, 1), keys, values, visible, 1.0 / math.sqrt(head_dim), 0.0, None
+        ).transpose(0, 1)
     return out

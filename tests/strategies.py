@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-
 from dataclasses import dataclass, field
 
 import torch
@@ -24,8 +23,13 @@ class KvWriteCall:
     outputs: tuple[str, ...] = field(default=("k_buffer", "v_buffer"))
 
     def args(self) -> dict[str, torch.Tensor]:
-        return {"k_buffer": self.k_buffer, "v_buffer": self.v_buffer, "key": self.key, "value": self.value,
-                "loc": self.loc}
+        return {
+            "k_buffer": self.k_buffer,
+            "v_buffer": self.v_buffer,
+            "key": self.key,
+            "value": self.value,
+            "loc": self.loc,
+        }
 
 
 @st.composite
@@ -85,19 +89,27 @@ BLOCK_EDGES = [1, 2, 15, 16, 17, 31, 32, 33, 63, 64, 65, 127, 128, 129, 257]
 @st.composite
 def decode_cases(draw):
     """Any valid decode_attention_cpu call (built by the decode tests' make_case)."""
-    from test_decode_attention import make_case
+    from cases.decode import make_case
 
     batch = draw(st.integers(1, 4))
-    lens = draw(st.lists(st.one_of(st.sampled_from(BLOCK_EDGES), st.integers(1, 300)), min_size=batch,
-                         max_size=batch))
+    lens = draw(st.lists(st.one_of(st.sampled_from(BLOCK_EDGES), st.integers(1, 300)), min_size=batch, max_size=batch))
     heads_kv = draw(st.integers(1, 3))
     group = draw(st.sampled_from([1, 2, 3, 4, 8]))
     dim = st.one_of(st.integers(1, 9), st.sampled_from([31, 32, 33, 64, 80, 127, 128, 256]))
     head_dim, head_dim_v = draw(dim), draw(dim)
-    return make_case(lens, heads_kv * group, heads_kv, head_dim, head_dim_v,
-                     draw(st.sampled_from(FLOAT_DTYPES)), draw(st.integers(1, 8)),
-                     map_dtype=draw(st.sampled_from([torch.int32, torch.int64])), strided=draw(st.booleans()),
-                     logit_cap=draw(st.sampled_from([0.0, 2.0, 30.0])), seed=draw(st.integers(0, 2**31 - 1)))
+    return make_case(
+        lens,
+        heads_kv * group,
+        heads_kv,
+        head_dim,
+        head_dim_v,
+        draw(st.sampled_from(FLOAT_DTYPES)),
+        draw(st.integers(1, 8)),
+        map_dtype=draw(st.sampled_from([torch.int32, torch.int64])),
+        strided=draw(st.booleans()),
+        logit_cap=draw(st.sampled_from([0.0, 2.0, 30.0])),
+        seed=draw(st.integers(0, 2**31 - 1)),
+    )
 
 
 def decode_mutation(case, data) -> str:
@@ -106,8 +118,12 @@ def decode_mutation(case, data) -> str:
     b = data.draw(st.integers(0, batch - 1), label="sequence")
     row = int(case.req_pool_indices[b])
     slots = min(case.k_buffer.shape[0], case.v_buffer.shape[0])
-    kind = data.draw(st.sampled_from(["map entry", "pool row", "length", "negative length", "loc", "sm_scale",
-                                      "logit_cap", "dtype"]), label="mutation")
+    kind = data.draw(
+        st.sampled_from(
+            ["map entry", "pool row", "length", "negative length", "loc", "sm_scale", "logit_cap", "dtype"]
+        ),
+        label="mutation",
+    )
     if kind == "map entry":
         t = data.draw(st.integers(0, int(case.seq_lens[b]) - 1), label="position")
         bad = data.draw(st.sampled_from([slots, slots + 12345, -1, -(2**31)]), label="entry")
@@ -147,7 +163,7 @@ EXTEND_EDGES = [0, 1, 2, 7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 64, 65]
 @st.composite
 def extend_cases(draw):
     """Any valid extend_attention_cpu call (built by the extend tests' Case)."""
-    from test_extend_attention import Case
+    from cases.extend import Case
 
     batch = draw(st.integers(1, 3))
     lengths = st.one_of(st.sampled_from(EXTEND_EDGES), st.integers(0, 150))
@@ -155,11 +171,19 @@ def extend_cases(draw):
     extend = draw(st.lists(lengths, min_size=batch, max_size=batch))
     heads_kv = draw(st.integers(1, 3))
     dim = st.one_of(st.integers(1, 9), st.sampled_from([31, 32, 33, 64, 80, 96, 128, 256]))
-    return Case(prefix, extend, heads=heads_kv * draw(st.sampled_from([1, 2, 3, 8])), heads_kv=heads_kv,
-                head_dim=draw(dim), head_dim_v=draw(dim), dtype=draw(st.sampled_from(FLOAT_DTYPES)),
-                map_dtype=draw(st.sampled_from([torch.int32, torch.int64])),
-                logit_cap=draw(st.sampled_from([0.0, 2.0])), strided=draw(st.booleans()),
-                seed=draw(st.integers(0, 2**31 - 1))).build()
+    return Case(
+        prefix,
+        extend,
+        heads=heads_kv * draw(st.sampled_from([1, 2, 3, 8])),
+        heads_kv=heads_kv,
+        head_dim=draw(dim),
+        head_dim_v=draw(dim),
+        dtype=draw(st.sampled_from(FLOAT_DTYPES)),
+        map_dtype=draw(st.sampled_from([torch.int32, torch.int64])),
+        logit_cap=draw(st.sampled_from([0.0, 2.0])),
+        strided=draw(st.booleans()),
+        seed=draw(st.integers(0, 2**31 - 1)),
+    ).build()
 
 
 def extend_mutation(case, data) -> tuple[dict, str]:
@@ -168,8 +192,16 @@ def extend_mutation(case, data) -> tuple[dict, str]:
     batch = len(case.prefix)
     b = data.draw(st.integers(0, batch - 1), label="sequence")
     slots = min(a["k_buffer"].shape[0], a["v_buffer"].shape[0])
-    kinds = ["pool row", "extend longer than seq", "negative extend", "start past T", "max_len_extend",
-             "sm_scale", "logit_cap", "dtype"]
+    kinds = [
+        "pool row",
+        "extend longer than seq",
+        "negative extend",
+        "start past T",
+        "max_len_extend",
+        "sm_scale",
+        "logit_cap",
+        "dtype",
+    ]
     if case.prefix[b]:
         kinds.append("map entry")
     kind = data.draw(st.sampled_from(kinds), label="mutation")
@@ -187,8 +219,10 @@ def extend_mutation(case, data) -> tuple[dict, str]:
     if kind == "extend longer than seq":
         ext = a["extend_seq_lens"].clone()
         ext[b] = int(a["seq_lens"][b]) + 1
-        return {"extend_seq_lens": ext, "max_len_extend": max(int(ext.max()), a["max_len_extend"])}, \
-            f"extend_seq_lens[{b}] = {int(ext[b])}"
+        return {
+            "extend_seq_lens": ext,
+            "max_len_extend": max(int(ext.max()), a["max_len_extend"]),
+        }, f"extend_seq_lens[{b}] = {int(ext[b])}"
     if kind == "negative extend":
         ext = a["extend_seq_lens"].clone()
         ext[b] = -1
@@ -217,40 +251,61 @@ INT8_SCALES = [0.001, 0.01, 0.1, float("nan")]
 @st.composite
 def int8_decode_cases(draw):
     """Any valid decode_attention_int8_cpu call (built by test_int8_kv_cache.int8_decode), unit-scale data."""
-    from test_int8_kv_cache import int8_decode
+    from cases.int8 import int8_decode
 
     batch = draw(st.integers(1, 3))
-    lens = draw(st.lists(st.one_of(st.sampled_from(BLOCK_EDGES), st.integers(1, 150)), min_size=batch,
-                         max_size=batch))
+    lens = draw(st.lists(st.one_of(st.sampled_from(BLOCK_EDGES), st.integers(1, 150)), min_size=batch, max_size=batch))
     heads_kv = draw(st.integers(1, 3))
     dim = st.one_of(st.integers(1, 9), st.sampled_from([31, 32, 33, 64, 80, 128, 256]))
-    return int8_decode(lens, heads_kv * draw(st.sampled_from([1, 2, 4])), heads_kv, draw(dim), draw(dim),
-                       draw(st.sampled_from(FLOAT_DTYPES)), draw(st.sampled_from(INT8_SCALES)),
-                       draw(st.sampled_from(INT8_SCALES)), splits=draw(st.integers(1, 4)),
-                       new_int8=draw(st.booleans()), zero_rows=draw(st.booleans()),
-                       logit_cap=draw(st.sampled_from([0.0, 2.0])), seed=draw(st.integers(0, 2**31 - 1)),
-                       unit_data=True)
+    return int8_decode(
+        lens,
+        heads_kv * draw(st.sampled_from([1, 2, 4])),
+        heads_kv,
+        draw(dim),
+        draw(dim),
+        draw(st.sampled_from(FLOAT_DTYPES)),
+        draw(st.sampled_from(INT8_SCALES)),
+        draw(st.sampled_from(INT8_SCALES)),
+        splits=draw(st.integers(1, 4)),
+        new_int8=draw(st.booleans()),
+        zero_rows=draw(st.booleans()),
+        logit_cap=draw(st.sampled_from([0.0, 2.0])),
+        seed=draw(st.integers(0, 2**31 - 1)),
+        unit_data=True,
+    )
 
 
 @st.composite
 def int8_extend_cases(draw):
     """Any valid extend_attention_int8_cpu call (test_int8_kv_cache.int8_extend on an extend Case), unit-scale data."""
-    from test_extend_attention import Case
-    from test_int8_kv_cache import int8_extend
+    from cases.extend import Case
+    from cases.int8 import int8_extend
 
     batch = draw(st.integers(1, 3))
     lengths = st.one_of(st.sampled_from(EXTEND_EDGES), st.integers(0, 70))
     heads_kv = draw(st.integers(1, 3))
     dim = st.one_of(st.integers(1, 9), st.sampled_from([31, 32, 33, 64, 128, 256]))
-    case = Case(draw(st.lists(lengths, min_size=batch, max_size=batch)),
-                draw(st.lists(lengths, min_size=batch, max_size=batch)),
-                heads=heads_kv * draw(st.sampled_from([1, 2, 4])), heads_kv=heads_kv, head_dim=draw(dim),
-                head_dim_v=draw(dim), dtype=draw(st.sampled_from(FLOAT_DTYPES)),
-                map_dtype=draw(st.sampled_from([torch.int32, torch.int64])),
-                logit_cap=draw(st.sampled_from([0.0, 2.0])), strided=draw(st.booleans()),
-                seed=draw(st.integers(0, 2**31 - 1)))
-    return int8_extend(case, draw(st.sampled_from(INT8_SCALES)), draw(st.sampled_from(INT8_SCALES)),
-                       new_int8=draw(st.booleans()), zero_rows=draw(st.booleans()), unit_data=True)
+    case = Case(
+        draw(st.lists(lengths, min_size=batch, max_size=batch)),
+        draw(st.lists(lengths, min_size=batch, max_size=batch)),
+        heads=heads_kv * draw(st.sampled_from([1, 2, 4])),
+        heads_kv=heads_kv,
+        head_dim=draw(dim),
+        head_dim_v=draw(dim),
+        dtype=draw(st.sampled_from(FLOAT_DTYPES)),
+        map_dtype=draw(st.sampled_from([torch.int32, torch.int64])),
+        logit_cap=draw(st.sampled_from([0.0, 2.0])),
+        strided=draw(st.booleans()),
+        seed=draw(st.integers(0, 2**31 - 1)),
+    )
+    return int8_extend(
+        case,
+        draw(st.sampled_from(INT8_SCALES)),
+        draw(st.sampled_from(INT8_SCALES)),
+        new_int8=draw(st.booleans()),
+        zero_rows=draw(st.booleans()),
+        unit_data=True,
+    )
 
 
 # ---- explicit examples -----------------------------------------------------------------------------
@@ -277,45 +332,90 @@ def _block() -> int:
 
 def decode_edge(head_dim: int, splits: int, logit_cap: float = 0.0) -> Deferred:
     """Decode at the active block's edges (k - 1, k, k + 1, 2k + 1 tokens)."""
-    from test_decode_attention import make_case
+    from cases.decode import make_case
 
     def build():
         k = _block()
-        return make_case([k - 1, k, k + 1, 2 * k + 1], 2, 1, head_dim, head_dim, torch.bfloat16, splits,
-                         strided=True, logit_cap=logit_cap, seed=head_dim + splits)
+        return make_case(
+            [k - 1, k, k + 1, 2 * k + 1],
+            2,
+            1,
+            head_dim,
+            head_dim,
+            torch.bfloat16,
+            splits,
+            strided=True,
+            logit_cap=logit_cap,
+            seed=head_dim + splits,
+        )
+
     return Deferred(build, f"decode edges D={head_dim} splits={splits} cap={logit_cap}")
 
 
 def extend_edge(head_dim: int) -> Deferred:
     """Extend with new-token counts crossing the active key block."""
-    from test_extend_attention import Case
+    from cases.extend import Case
 
     def build():
         k = _block()
-        return Case([k - 1, 2 * k + 1], [2 * k + 1, k + 1], heads=2, heads_kv=1, head_dim=head_dim,
-                    head_dim_v=head_dim, strided=True, seed=head_dim).build()
+        return Case(
+            [k - 1, 2 * k + 1],
+            [2 * k + 1, k + 1],
+            heads=2,
+            heads_kv=1,
+            head_dim=head_dim,
+            head_dim_v=head_dim,
+            strided=True,
+            seed=head_dim,
+        ).build()
+
     return Deferred(build, f"extend edges D={head_dim}")
 
 
 def int8_decode_edge(head_dim: int, k_scale: float, v_scale: float) -> Deferred:
-    from test_int8_kv_cache import int8_decode
+    from cases.int8 import int8_decode
 
     def build():
         k = _block()
-        return int8_decode([k - 1, 2 * k + 1], 2, 1, head_dim, head_dim, torch.float32, k_scale, v_scale, splits=2,
-                           magnitudes=True, seed=head_dim)
+        return int8_decode(
+            [k - 1, 2 * k + 1],
+            2,
+            1,
+            head_dim,
+            head_dim,
+            torch.float32,
+            k_scale,
+            v_scale,
+            splits=2,
+            magnitudes=True,
+            seed=head_dim,
+        )
+
     return Deferred(build, f"int8 decode edges D={head_dim} k_scale={k_scale} v_scale={v_scale}")
 
 
 def int8_extend_edge(head_dim: int, k_scale: float, v_scale: float) -> Deferred:
-    from test_extend_attention import Case
-    from test_int8_kv_cache import int8_extend
+    from cases.extend import Case
+    from cases.int8 import int8_extend
 
     def build():
         k = _block()
         # sm_scale 0.5/sqrt(D): scores within the float32 budget of a dynamic K scale's extra rounding (see
         # test_block_boundaries.test_int8_extend_lengths_around_the_key_block; 7.1e-6 > 5e-6 at VLEN 512, D = 256).
-        return int8_extend(Case([k + 1, 0], [2 * k + 1, k - 1], heads=2, heads_kv=1, head_dim=head_dim,
-                                head_dim_v=head_dim, sm_scale=0.5 / math.sqrt(head_dim), seed=head_dim),
-                           k_scale, v_scale, magnitudes=True)
+        return int8_extend(
+            Case(
+                [k + 1, 0],
+                [2 * k + 1, k - 1],
+                heads=2,
+                heads_kv=1,
+                head_dim=head_dim,
+                head_dim_v=head_dim,
+                sm_scale=0.5 / math.sqrt(head_dim),
+                seed=head_dim,
+            ),
+            k_scale,
+            v_scale,
+            magnitudes=True,
+        )
+
     return Deferred(build, f"int8 extend edges D={head_dim} k_scale={k_scale} v_scale={v_scale}")

@@ -22,7 +22,7 @@ from rvv_attn.pools import Int8KVPool, Int8Scales, ReqToTokenPool, make_kv_pool
 from tolerances import assert_close_to_reference
 
 H, HKV, D = 4, 2, 16
-LAYER = AttentionLayer(layer_id=1, num_heads=H, num_kv_heads=HKV, head_dim=D, v_head_dim=D, scaling=D ** -0.5)
+LAYER = AttentionLayer(layer_id=1, num_heads=H, num_kv_heads=HKV, head_dim=D, v_head_dim=D, scaling=D**-0.5)
 # torch_native runs no kernel of ours: its cases give the same answer at every VLEN.
 BACKEND_NAMES = ["rvv", pytest.param("torch_native", marks=pytest.mark.variant_independent)]
 FLOAT_DTYPES = [torch.float32, torch.bfloat16, torch.float16]
@@ -69,11 +69,23 @@ def test_extend_stores_kv_and_matches_the_reference(name, dtype):
     backend.init_forward_metadata(batch)
     out = backend.forward(q, k, v, LAYER, batch).view(7, H, D)
     assert torch.equal(pool.k_buffers[1][batch.out_cache_loc], k) and torch.equal(
-        pool.v_buffers[1][batch.out_cache_loc], v)
+        pool.v_buffers[1][batch.out_cache_loc], v
+    )
     assert not pool.k_buffers[0].any(), "layer 0's cache was written by a layer-1 call"
-    ref = reference_extend(q, k, v, pool.k_buffers[1], pool.v_buffers[1], req_pool.req_to_token,
-                           batch.req_pool_indices, batch.seq_lens, batch.extend_seq_lens, batch.extend_start_loc,
-                           LAYER.scaling, 0.0)
+    ref = reference_extend(
+        q,
+        k,
+        v,
+        pool.k_buffers[1],
+        pool.v_buffers[1],
+        req_pool.req_to_token,
+        batch.req_pool_indices,
+        batch.seq_lens,
+        batch.extend_seq_lens,
+        batch.extend_start_loc,
+        LAYER.scaling,
+        0.0,
+    )
     assert_close_to_reference(out, ref)
 
 
@@ -87,8 +99,16 @@ def test_decode_stores_kv_and_matches_the_reference(name, dtype):
     backend.init_forward_metadata(batch)
     out = backend.forward(q, k, v, LAYER, batch).view(2, H, D)
     assert torch.equal(pool.k_buffers[1][batch.out_cache_loc], k)
-    ref = reference_decode(q, pool.k_buffers[1], pool.v_buffers[1], req_pool.req_to_token, batch.req_pool_indices,
-                           batch.seq_lens, LAYER.scaling, 0.0)
+    ref = reference_decode(
+        q,
+        pool.k_buffers[1],
+        pool.v_buffers[1],
+        req_pool.req_to_token,
+        batch.req_pool_indices,
+        batch.seq_lens,
+        LAYER.scaling,
+        0.0,
+    )
     assert_close_to_reference(out, ref)
 
 
@@ -130,9 +150,11 @@ def test_backends_are_chosen_by_name():
 @pytest.mark.variant_independent
 def test_rvv_backend_without_its_operators_is_a_clear_error():
     # A namespace no library registered: what an installation without the built operators has.
-    with pytest.raises(BackendUnavailableError,
-                       match=r"backend 'rvv' needs torch.ops.rvv_attn_absent.decode_attention_cpu, which is not "
-                             r"registered .* or choose the backend 'torch_native'"):
+    with pytest.raises(
+        BackendUnavailableError,
+        match=r"backend 'rvv' needs torch.ops.rvv_attn_absent.decode_attention_cpu, which is not "
+        r"registered .* or choose the backend 'torch_native'",
+    ):
         make_backend("rvv", H, D, ops_namespace="rvv_attn_absent")
 
 
@@ -154,8 +176,11 @@ WINDOW_CASES = {
 
 def gpt_oss_layer(window: int, sinks_dtype: torch.dtype | None, seed: int = 7) -> AttentionLayer:
     # Sinks of the scores' size (N(0, 2^2) against scores ~N(0, 1)), so they visibly take weight.
-    sinks = None if sinks_dtype is None else (2 * torch.randn(H, generator=torch.Generator().manual_seed(seed))
-                                              ).to(sinks_dtype)
+    sinks = (
+        None
+        if sinks_dtype is None
+        else (2 * torch.randn(H, generator=torch.Generator().manual_seed(seed))).to(sinks_dtype)
+    )
     return dataclasses.replace(LAYER, sliding_window_size=window - 1 if window > 0 else -1, sinks=sinks)
 
 
@@ -163,8 +188,10 @@ def float_cache(pool, layer_id: int) -> tuple[torch.Tensor, torch.Tensor]:
     """The layer's cache as the attention reads it (int8 codes times their scales)."""
     if not isinstance(pool, Int8KVPool):
         return pool.k_buffers[layer_id], pool.v_buffers[layer_id]
-    return (dequantize_int8(pool.k_buffers[layer_id], pool.k_scale_buffers[layer_id], pool.scales.k_scale),
-            dequantize_int8(pool.v_buffers[layer_id], pool.v_scale_buffers[layer_id], pool.scales.v_scale))
+    return (
+        dequantize_int8(pool.k_buffers[layer_id], pool.k_scale_buffers[layer_id], pool.scales.k_scale),
+        dequantize_int8(pool.v_buffers[layer_id], pool.v_scale_buffers[layer_id], pool.scales.v_scale),
+    )
 
 
 @pytest.mark.parametrize("case", WINDOW_CASES)
@@ -189,12 +216,28 @@ def test_window_and_sinks_match_the_reference(name, mode, case):
         k_cache[batch.out_cache_loc], v_cache[batch.out_cache_loc] = k.to(k_cache.dtype), v.to(v_cache.dtype)
     args = (req_pool.req_to_token, batch.req_pool_indices, batch.seq_lens)
     if mode == "extend":
-        ref, plain = (extend_attention_options(q, k, v, k_cache, v_cache, *args, batch.extend_seq_lens,
-                                               batch.extend_start_loc, LAYER.scaling, 0.0, window=w, sinks=s)
-                      for w, s in ((window, layer.sinks), (-1, None)))
+        ref, plain = (
+            extend_attention_options(
+                q,
+                k,
+                v,
+                k_cache,
+                v_cache,
+                *args,
+                batch.extend_seq_lens,
+                batch.extend_start_loc,
+                LAYER.scaling,
+                0.0,
+                window=w,
+                sinks=s,
+            )
+            for w, s in ((window, layer.sinks), (-1, None))
+        )
     else:
-        ref, plain = (decode_attention_options(q, k_cache, v_cache, *args, LAYER.scaling, 0.0, window=w, sinks=s)
-                      for w, s in ((window, layer.sinks), (-1, None)))
+        ref, plain = (
+            decode_attention_options(q, k_cache, v_cache, *args, LAYER.scaling, 0.0, window=w, sinks=s)
+            for w, s in ((window, layer.sinks), (-1, None))
+        )
     assert_close_to_reference(out, ref)
     # Not vacuous: the window and sinks move these outputs by far more than the tolerance.
     assert (ref - plain).abs().max() > 0.05
@@ -219,22 +262,40 @@ def test_encoder_offset_with_window_and_sinks(name, mode):
     encoder_lens = torch.tensor(enc, dtype=torch.int32)
     if mode == "extend":
         batch = prepare_extend(req_pool, pool, rows, full, [4, 2])
-        batch = dataclasses.replace(batch, seq_lens=batch.seq_lens - encoder_lens,
-                                    extend_prefix_lens=batch.extend_prefix_lens - encoder_lens,
-                                    positions=batch.positions - encoder_lens.repeat_interleave(
-                                        batch.extend_seq_lens).long(), encoder_lens=encoder_lens)
+        batch = dataclasses.replace(
+            batch,
+            seq_lens=batch.seq_lens - encoder_lens,
+            extend_prefix_lens=batch.extend_prefix_lens - encoder_lens,
+            positions=batch.positions - encoder_lens.repeat_interleave(batch.extend_seq_lens).long(),
+            encoder_lens=encoder_lens,
+        )
     else:
         batch = prepare_decode(req_pool, pool, rows, full)
-        batch = dataclasses.replace(batch, seq_lens=batch.seq_lens - encoder_lens,
-                                    positions=batch.positions - encoder_lens, encoder_lens=encoder_lens)
+        batch = dataclasses.replace(
+            batch,
+            seq_lens=batch.seq_lens - encoder_lens,
+            positions=batch.positions - encoder_lens,
+            encoder_lens=encoder_lens,
+        )
     q, k, v = qkv(batch.num_tokens, torch.float32, g)
     backend.init_forward_metadata(batch)
     out = backend.forward(q, k, v, layer, batch).view(-1, H, D)
     args = (req_pool.req_to_token, batch.req_pool_indices, batch.seq_lens)
     options = {"window": 3, "sinks": layer.sinks, "encoder_lens": encoder_lens}
     if mode == "extend":
-        ref = extend_attention_options(q, k, v, pool.k_buffers[1], pool.v_buffers[1], *args, batch.extend_seq_lens,
-                                       batch.extend_start_loc, LAYER.scaling, 0.0, **options)
+        ref = extend_attention_options(
+            q,
+            k,
+            v,
+            pool.k_buffers[1],
+            pool.v_buffers[1],
+            *args,
+            batch.extend_seq_lens,
+            batch.extend_start_loc,
+            LAYER.scaling,
+            0.0,
+            **options,
+        )
     else:
         ref = decode_attention_options(q, pool.k_buffers[1], pool.v_buffers[1], *args, LAYER.scaling, 0.0, **options)
     assert_close_to_reference(out, ref)
@@ -244,6 +305,9 @@ def test_encoder_offset_with_window_and_sinks(name, mode):
 def test_attention_layer_refuses_a_bad_window_or_sinks():
     with pytest.raises(ValueError, match=r"layer 1: sliding_window_size = -2 must be >= 0 .* or -1 for no window"):
         dataclasses.replace(LAYER, sliding_window_size=-2)
-    with pytest.raises(ValueError, match=r"layer 1: sinks must be a floating-point tensor of shape \[4\] "
-                                         r"\(one per query head\), got torch.float32 \[2\]"):
+    with pytest.raises(
+        ValueError,
+        match=r"layer 1: sinks must be a floating-point tensor of shape \[4\] "
+        r"\(one per query head\), got torch.float32 \[2\]",
+    ):
         dataclasses.replace(LAYER, sinks=torch.zeros(2))

@@ -16,15 +16,19 @@ import math
 import pytest
 import torch
 
-from test_decode_attention import assert_matches_reference, decode_block, expected_decode_block, make_case
-from test_extend_attention import Case as ExtendCase
-from test_extend_attention import blocking as extend_blocking
-from test_int8_kv_cache import DYN, int8_decode, int8_extend
+from cases.decode import assert_matches_reference, decode_block, expected_decode_block, make_case
+from cases.extend import Case as ExtendCase
+from cases.extend import blocking as extend_blocking
+from cases.int8 import DYN, int8_decode, int8_extend
 from tolerances import large_score_atol
 
 D_SIZES = [128, 256]
-SCALE_MODES = {"staticK-staticV": (0.02, 0.02), "staticK-dynV": (0.02, DYN), "dynK-staticV": (DYN, 0.02),
-               "dynK-dynV": (DYN, DYN)}
+SCALE_MODES = {
+    "staticK-staticV": (0.02, 0.02),
+    "staticK-dynV": (0.02, DYN),
+    "dynK-staticV": (DYN, 0.02),
+    "dynK-dynV": (DYN, DYN),
+}
 
 
 def edges(block: int) -> list[int]:
@@ -53,8 +57,19 @@ def test_int8_decode_lengths_around_the_kv_block(kernel_variant, mode, splits, h
     # Dynamic rows 3000x apart in magnitude: a block read with another
     # block's (or token's) scales is off by O(1), not by rounding.
     k_scale, v_scale = SCALE_MODES[mode]
-    t = int8_decode(edges(decode_block()), 2, 1, head_dim, head_dim, torch.float32, k_scale, v_scale, splits=splits,
-                    magnitudes=True, seed=head_dim + splits)
+    t = int8_decode(
+        edges(decode_block()),
+        2,
+        1,
+        head_dim,
+        head_dim,
+        torch.float32,
+        k_scale,
+        v_scale,
+        splits=splits,
+        magnitudes=True,
+        seed=head_dim + splits,
+    )
     # sm_scale 0.5/sqrt(D) instead of make_case's 2/sqrt(D), for the reason given at the extend test below:
     # a dynamic K scale adds one rounding of |score| * 2**-24 per score, inside the float32 atol only while
     # scores stay below ~10 (measured 6.2e-6 > 5e-6 at VLEN 512, D = 256, dynK-dynV, with 2/sqrt(D)).
@@ -76,8 +91,9 @@ def _extend_edges(head_dim: int) -> tuple[list[int], list[int]]:
 @pytest.mark.parametrize("head_dim", D_SIZES)
 def test_extend_lengths_around_the_key_block(kernel_variant, head_dim):
     prefix, extend = _extend_edges(head_dim)
-    case = ExtendCase(prefix=prefix, extend=extend, heads=2, heads_kv=1, head_dim=head_dim, head_dim_v=head_dim,
-                      seed=head_dim).build()
+    case = ExtendCase(
+        prefix=prefix, extend=extend, heads=2, heads_kv=1, head_dim=head_dim, head_dim_v=head_dim, seed=head_dim
+    ).build()
     case.check(case.run())
 
 
@@ -90,9 +106,21 @@ def test_int8_extend_lengths_around_the_key_block(kernel_variant, mode, head_dim
     # float32 score once more (an extra rounding of |score| * 2**-24), which the float32 atol of
     # tolerances.py absorbs only while scores stay below ~10; rows of magnitude up to 10**0.5 at
     # D = 256 with 1/sqrt(D) reach that (measured 7.4e-6 > 5e-6 at VLEN 1024).
-    t = int8_extend(ExtendCase(prefix=prefix, extend=extend, heads=2, heads_kv=1, head_dim=head_dim,
-                               head_dim_v=head_dim, sm_scale=0.5 / math.sqrt(head_dim), seed=head_dim),
-                    k_scale, v_scale, magnitudes=True)
+    t = int8_extend(
+        ExtendCase(
+            prefix=prefix,
+            extend=extend,
+            heads=2,
+            heads_kv=1,
+            head_dim=head_dim,
+            head_dim_v=head_dim,
+            sm_scale=0.5 / math.sqrt(head_dim),
+            seed=head_dim,
+        ),
+        k_scale,
+        v_scale,
+        magnitudes=True,
+    )
     t.check()
 
 
@@ -141,7 +169,7 @@ def test_decode_later_block_more_than_88_above_or_below(kernel_variant, later):
     q = case.query[0, 0] / case.query[0, 0].norm()
     case.query[0, 0] = q
     case.sm_scale = 1.0
-    strong = slots[2 * block:] if later == "higher" else slots[:block]
+    strong = slots[2 * block :] if later == "higher" else slots[:block]
     for i, slot in enumerate(slots.tolist()):
         kk = case.k_buffer[slot, 0]
         kk -= (kk @ q) * q  # orthogonal to the query: score 0
@@ -156,8 +184,16 @@ def test_decode_later_block_more_than_88_above_or_below(kernel_variant, later):
 
 def test_extend_scores_hundreds_apart(kernel_variant):
     block = decode_block()
-    case = ExtendCase(prefix=[2 * block + 1, 3], extend=[block + 2, 5], heads=2, heads_kv=1, head_dim=64,
-                      head_dim_v=64, sm_scale=20.0 / math.sqrt(64), seed=41).build()
+    case = ExtendCase(
+        prefix=[2 * block + 1, 3],
+        extend=[block + 2, 5],
+        heads=2,
+        heads_kv=1,
+        head_dim=64,
+        head_dim_v=64,
+        sm_scale=20.0 / math.sqrt(64),
+        seed=41,
+    ).build()
     out = case.run()
     a = case.inputs
     keys = torch.cat([a["k_buffer"], a["k_extend"]]).abs().double()[:, 0]  # H_kv = 1
@@ -165,5 +201,6 @@ def test_extend_scores_hundreds_apart(kernel_variant):
     value_max = max(float(a["v_extend"].abs().max()), float(a["v_buffer"].abs().max()))
     ref = case.reference()
     owned = ~torch.isnan(ref[:, 0, 0])
-    torch.testing.assert_close(out[owned].double(), ref[owned], atol=large_score_atol(terms, 64, value_max),
-                               rtol=2.0**-24)
+    torch.testing.assert_close(
+        out[owned].double(), ref[owned], atol=large_score_atol(terms, 64, value_max), rtol=2.0**-24
+    )

@@ -3,177 +3,15 @@
 from __future__ import annotations
 
 import itertools
-import math
 import random
 import zlib
-from dataclasses import dataclass, field
 
 import pytest
 import torch
 
-import opcall
-import rvv_attn
+from cases.decode import Case, assert_matches_reference, decode_block, make_case
 from reference import decode_attention as reference_attention
-from reference import decode_split_partials as reference_split_partials
-from reference import write_kv as reference_write_kv
-from tolerances import LSE_TOLERANCE, TOLERANCES, assert_close_to_reference
-
-OP = rvv_attn.ops.decode_attention_cpu
-
-def decode_block() -> int:
-    """Tokens per KV block of the active variant's decode kernel (one online-softmax step)."""
-    return int(rvv_attn.ops.decode_attention_blocking())
-
-
-def expected_decode_block(variant: str) -> int:
-    """The design's KV block: one float32 LMUL=4 vector, VLEN/32 * 4 tokens; the portable build uses vlen128's 16."""
-    vlen = 128 if variant == "portable" else int(rvv_attn.runtime_info()["cpu_vlen"])
-    assert variant in ("portable", f"vlen{vlen}")
-    return vlen // 32 * 4
-
-
-@dataclass
-class Case:
-    query: torch.Tensor
-    k_buffer: torch.Tensor
-    v_buffer: torch.Tensor
-    output: torch.Tensor
-    key: torch.Tensor
-    value: torch.Tensor
-    loc: torch.Tensor
-    attn_logits: torch.Tensor
-    req_to_token: torch.Tensor
-    req_pool_indices: torch.Tensor
-    seq_lens: torch.Tensor
-    sm_scale: float
-    logit_cap: float
-    extra: dict = field(default_factory=dict)
-    before: dict | None = None  # the arguments as they were before the last run()
-
-    def args(self) -> list:
-        return [self.query, self.k_buffer, self.v_buffer, self.output, self.key, self.value, self.loc,
-                self.attn_logits, self.req_to_token, self.req_pool_indices, self.seq_lens, self.sm_scale,
-                self.logit_cap]
-
-    def named_args(self) -> dict:
-        return dict(zip(DECODE_ARGS, self.args()))
-
-    def run(self) -> None:
-        """Call the operator through opcall: the cache may change only at the loc rows."""
-        self.before = opcall.call(OP, self.named_args(), decode_writes(self.named_args()))
-
-    def _reference_inputs(self) -> tuple[dict, torch.Tensor, torch.Tensor]:
-        """The inputs as they were before the call, and the cache after the reference KV write."""
-        a = self.before or self.named_args()
-        k, v = a["k_buffer"].clone(), a["v_buffer"].clone()
-        reference_write_kv(k, v, a["key"], a["value"], a["loc"])
-        return a, k, v
-
-    def reference(self) -> torch.Tensor:
-        """Expected output from the inputs as they were before the call: the KV write, then plain attention."""
-        a, k, v = self._reference_inputs()
-        return reference_attention(a["query"], k, v, a["req_to_token"], a["req_pool_indices"], a["seq_lens"],
-                                   a["sm_scale"], a["logit_cap"])
-
-    def reference_splits(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """Expected attn_logits contents: float64 partial outputs [B, H, S, Dv] and LSE [B, H, S]."""
-        a, k, v = self._reference_inputs()
-        return reference_split_partials(a["query"], k, v, a["req_to_token"], a["req_pool_indices"], a["seq_lens"],
-                                        a["sm_scale"], a["logit_cap"], a["attn_logits"].shape[2])
-
-
-DECODE_ARGS = ("query", "k_buffer", "v_buffer", "output", "key", "value", "loc", "attn_logits", "req_to_token",
-               "req_pool_indices", "seq_lens", "sm_scale", "logit_cap")
-
-
-def decode_writes(a: dict) -> dict:
-    """What decode may write: the new token's cache rows, every output row, every split of attn_logits."""
-    return opcall.documented_writes("decode_attention_cpu", a)
-
-
-def make_case(lens, heads, heads_kv, head_dim, head_dim_v, dtype, splits, map_dtype=torch.int64, strided=False,
-              logit_cap=0.0, seed=0, spare_slots=7) -> Case:
-    """A batch whose sequences own scattered cache slots, in scattered pool rows.
-
-    Map entries past each sequence's length hold out-of-range garbage: the
-    operator must neither read nor check them. The new token of sequence b
-    is its last one (slot req_to_token[row, len-1] = loc[b]), as in SGLang.
-    """
-    g = torch.Generator().manual_seed(seed)
-    batch = len(lens)
-    num_slots = sum(lens) + spare_slots
-    max_reqs, max_context = batch + 3, max(lens, default=1) + 5
-
-    def randn(*shape):
-        return torch.randn(*shape, generator=g).to(dtype)
-
-    slot_perm = torch.randperm(num_slots, generator=g)
-    rows = torch.randperm(max_reqs, generator=g)[:batch]
-    req_to_token = torch.full((max_reqs, max_context), num_slots + 1000, dtype=map_dtype)
-    loc = torch.empty(batch, dtype=torch.int64)
-    used = 0
-    for b, length in enumerate(lens):
-        req_to_token[rows[b], :length] = slot_perm[used:used + length].to(map_dtype)
-        loc[b] = slot_perm[used + length - 1]
-        used += length
-
-    query, key, value = randn(batch, heads, head_dim), randn(batch, heads_kv, head_dim), randn(batch, heads_kv, head_dim_v)
-    k_buffer, v_buffer = randn(num_slots, heads_kv, head_dim), randn(num_slots, heads_kv, head_dim_v)
-    # NaN: anything the operator fails to write shows up.
-    output = torch.full((batch, heads, head_dim_v), float("nan"), dtype=dtype)
-    attn_logits = torch.full((batch, heads, splits, head_dim_v + 1), float("nan"))
-    embed = opcall.embed
-    if strided:
-        # Views inside NaN-filled (int8: -128) base tensors, which opcall checks
-        # after the call: a query slice of a fused QKV-like tensor with swapped
-        # batch / head strides, caches carved out of wider pools (every other
-        # slot, a spare head), new K/V sliced from fused rows, a padded output
-        # and a padded attn_logits.
-        query = embed(query, lead=(0, 0, 3), swap=(0, 1))
-        k_buffer = embed(k_buffer, lead=(0, 1, 2), trail=(0, 0, 1))
-        v_buffer = embed(v_buffer, lead=(0, 0, 0), step=(2, 1, 1))
-        key = embed(key, lead=(0, 0, 0), trail=(0, 0, head_dim_v))
-        value = embed(value, lead=(0, 0, 1), trail=(0, 0, 0))
-        output = embed(output, lead=(0, 0, 0), trail=(0, 0, 4))
-        attn_logits = embed(attn_logits, lead=(0, 0, 1, 0), trail=(0, 0, 0, 2))
-    else:
-        # Dense (contiguous) outputs with a sentinel row before and after:
-        # a store one row off either end lands there.
-        output = embed(output, lead=(1, 0, 0))
-        attn_logits = embed(attn_logits, lead=(1, 0, 0, 0))
-    return Case(query, k_buffer, v_buffer, output, key, value, loc, attn_logits, req_to_token,
-                rows.to(torch.int64), torch.tensor(lens, dtype=torch.int64),
-                # 2/sqrt(D): scores ~N(0, 4), a peaked softmax that the cap of 2 visibly changes.
-                sm_scale=2.0 / math.sqrt(head_dim), logit_cap=logit_cap)
-
-
-def assert_matches_reference(case: Case, atol: float | None = None) -> None:
-    """Output and attn_logits against the float64 references (``atol`` overrides the dtype's, e.g. for huge scores)."""
-    expected = case.reference()
-    assert not torch.isnan(case.output).any(), "output has NaN: some row was not written"
-    if atol is None:
-        assert_close_to_reference(case.output, expected)
-    else:
-        torch.testing.assert_close(case.output.double(), expected, atol=atol, rtol=TOLERANCES[case.output.dtype]["rtol"])
-    assert_attn_logits_match(case, atol)
-
-
-def assert_attn_logits_match(case: Case, atol: float | None = None) -> None:
-    """Each split's slot of attn_logits: its normalized partial output and its log-sum-exp (documented contents)."""
-    partial, lse = case.reference_splits()
-    logits = case.attn_logits
-    filled = torch.isfinite(lse)
-    assert torch.all(logits[..., -1][~filled] == float("-inf")), "an empty split must report log(0)"
-    f32 = dict(TOLERANCES[torch.float32])
-    lse_tol = dict(LSE_TOLERANCE)
-    if atol is not None:  # the error of large scores reaches the LSE as is, the partial outputs as for the output
-        f32["atol"] = atol
-        lse_tol["atol"] = LSE_TOLERANCE["atol"] + atol
-    torch.testing.assert_close(logits[..., -1][filled].double(), lse[filled], **lse_tol,
-                               msg=lambda m: f"attn_logits LSE: {m}")
-    torch.testing.assert_close(logits[..., :-1][filled].double(), partial[filled], **f32,
-                               msg=lambda m: f"attn_logits partial outputs: {m}")
-
+from tolerances import TOLERANCES
 
 # ---------------------------------------------------------------------------
 # The shape/dtype/layout matrix, as all-pairs combinations: every pair of
@@ -212,8 +50,12 @@ def all_pairs(factors: dict, seed: int = 1, tries: int = 30) -> list[dict]:
     rng = random.Random(seed)
     names = list(factors)
     sizes = [len(factors[n]) for n in names]
-    uncovered = {(i, a, j, b) for i, j in itertools.combinations(range(len(names)), 2)
-                 for a in range(sizes[i]) for b in range(sizes[j])}
+    uncovered = {
+        (i, a, j, b)
+        for i, j in itertools.combinations(range(len(names)), 2)
+        for a in range(sizes[i])
+        for b in range(sizes[j])
+    }
     rows = []
     while uncovered:
         i, a, j, b = min(uncovered)
@@ -233,17 +75,29 @@ MATRIX = all_pairs(FACTORS)
 
 
 def _case_id(c: dict) -> str:
-    return (f"H{c['heads'][0]}_{c['heads'][1]}-D{c['dims'][0]}_{c['dims'][1]}-{str(c['dtype']).split('.')[-1]}-"
-            f"{c['lens']}x{c['batch']}-s{c['splits']}-{str(c['map_dtype']).split('.')[-1]}-"
-            f"{'strided' if c['strided'] else 'dense'}-cap{c['logit_cap']:g}")
+    return (
+        f"H{c['heads'][0]}_{c['heads'][1]}-D{c['dims'][0]}_{c['dims'][1]}-{str(c['dtype']).split('.')[-1]}-"
+        f"{c['lens']}x{c['batch']}-s{c['splits']}-{str(c['map_dtype']).split('.')[-1]}-"
+        f"{'strided' if c['strided'] else 'dense'}-cap{c['logit_cap']:g}"
+    )
 
 
 @pytest.mark.parametrize("combo", MATRIX, ids=[_case_id(c) for c in MATRIX])
 def test_matches_reference(kernel_variant, combo):
     (heads, heads_kv), (head_dim, head_dim_v) = combo["heads"], combo["dims"]
-    case = make_case(LENS[combo["lens"]](combo["batch"], decode_block()), heads, heads_kv, head_dim, head_dim_v, combo["dtype"],
-                     combo["splits"], combo["map_dtype"], combo["strided"], combo["logit_cap"],
-                     seed=zlib.crc32(_case_id(combo).encode()) % 1000)
+    case = make_case(
+        LENS[combo["lens"]](combo["batch"], decode_block()),
+        heads,
+        heads_kv,
+        head_dim,
+        head_dim_v,
+        combo["dtype"],
+        combo["splits"],
+        combo["map_dtype"],
+        combo["strided"],
+        combo["logit_cap"],
+        seed=zlib.crc32(_case_id(combo).encode()) % 1000,
+    )
     case.run()
     assert_matches_reference(case)
 
@@ -264,8 +118,9 @@ HEAD_DIM_PRODUCT = list(itertools.product(HEADS, DIMS))
 
 
 @pytest.mark.host_only
-@pytest.mark.parametrize("heads,dims", HEAD_DIM_PRODUCT,
-                         ids=[f"H{h[0]}_{h[1]}-D{d[0]}_{d[1]}" for h, d in HEAD_DIM_PRODUCT])
+@pytest.mark.parametrize(
+    "heads,dims", HEAD_DIM_PRODUCT, ids=[f"H{h[0]}_{h[1]}-D{d[0]}_{d[1]}" for h, d in HEAD_DIM_PRODUCT]
+)
 def test_every_head_layout_with_every_head_size(kernel_variant, heads, dims):
     case = make_case([1, 65, 130], heads[0], heads[1], dims[0], dims[1], torch.float32, splits=3)
     case.run()
@@ -308,8 +163,9 @@ def test_new_token_is_written_and_used(kernel_variant, dtype):
     # Make the new token dominate sequence 0: its key is the query direction.
     case.key[0] = (case.query[0, :2] * 4).to(dtype)
     before_k, before_v = case.k_buffer.clone(), case.v_buffer.clone()
-    stale = reference_attention(case.query, before_k, before_v, case.req_to_token, case.req_pool_indices,
-                                case.seq_lens, case.sm_scale, 0.0)
+    stale = reference_attention(
+        case.query, before_k, before_v, case.req_to_token, case.req_pool_indices, case.seq_lens, case.sm_scale, 0.0
+    )
     case.run()
     for b, slot in enumerate(case.loc.tolist()):
         assert torch.equal(case.k_buffer[slot], case.key[b])
@@ -320,12 +176,48 @@ def test_new_token_is_written_and_used(kernel_variant, dtype):
 
 
 SPECIALS = {
-    torch.float16: [0.0, -0.0, 6e-8, -3e-5, 6.1e-5, 65504.0, -65504.0, float("inf"), float("-inf"), float("nan"),
-                    1.0009765625, 3.14159],
-    torch.bfloat16: [0.0, -0.0, 1e-40, 1e-38, -3.0e38, 3.3e38, float("inf"), float("-inf"), float("nan"), 1.0078125,
-                     -2.5e-3, 7.0],
-    torch.float32: [0.0, -0.0, 1e-45, 1.2e-38, 3.4e38, float("inf"), float("-inf"), float("nan"), 1.0000001,
-                    -7.25, 1e-30, 123456.7],
+    torch.float16: [
+        0.0,
+        -0.0,
+        6e-8,
+        -3e-5,
+        6.1e-5,
+        65504.0,
+        -65504.0,
+        float("inf"),
+        float("-inf"),
+        float("nan"),
+        1.0009765625,
+        3.14159,
+    ],
+    torch.bfloat16: [
+        0.0,
+        -0.0,
+        1e-40,
+        1e-38,
+        -3.0e38,
+        3.3e38,
+        float("inf"),
+        float("-inf"),
+        float("nan"),
+        1.0078125,
+        -2.5e-3,
+        7.0,
+    ],
+    torch.float32: [
+        0.0,
+        -0.0,
+        1e-45,
+        1.2e-38,
+        3.4e38,
+        float("inf"),
+        float("-inf"),
+        float("nan"),
+        1.0000001,
+        -7.25,
+        1e-30,
+        123456.7,
+    ],
 }
 
 
@@ -390,8 +282,9 @@ def _logits_over_seq_lens(case: Case) -> Case:
     """attn_logits laid over valid int32 seq_lens: the kernel would overwrite lengths it still reads."""
     base = torch.zeros(case.attn_logits.numel(), dtype=torch.int32)
     base[: len(case.seq_lens)] = case.seq_lens.int()
-    return _with(case, seq_lens=base[: len(case.seq_lens)],
-                 attn_logits=base.view(torch.float32).view(case.attn_logits.shape))
+    return _with(
+        case, seq_lens=base[: len(case.seq_lens)], attn_logits=base.view(torch.float32).view(case.attn_logits.shape)
+    )
 
 
 BAD_INPUTS = {
@@ -401,51 +294,87 @@ BAD_INPUTS = {
     "repeated loc": (lambda c: _with(c, loc=torch.tensor([4, 4])), r"loc names slot 4 more than once"),
     "map entry past the cache": (lambda c: _map_entry(c, 999), r"req_to_token\[\d+, 2\] = 999 is outside the KV cache"),
     "negative map entry": (lambda c: _map_entry(c, -1), r"req_to_token\[\d+, 2\] = -1 is outside the KV cache"),
-    "pool row past the end": (lambda c: _with(c, req_pool_indices=torch.tensor([int(c.req_pool_indices[0]), 5])),
-                              r"req_pool_indices\[1\] = 5 is outside req_to_token's rows \[0, 5\)"),
-    "negative pool row": (lambda c: _with(c, req_pool_indices=torch.tensor([-1, 0])),
-                          r"req_pool_indices\[0\] = -1 is outside"),
-    "length past max_context_len": (lambda c: _with(c, seq_lens=torch.tensor([3, 100])),
-                                    r"seq_lens\[1\] = 100 exceeds req_to_token.size\(1\) = 12"),
+    "pool row past the end": (
+        lambda c: _with(c, req_pool_indices=torch.tensor([int(c.req_pool_indices[0]), 5])),
+        r"req_pool_indices\[1\] = 5 is outside req_to_token's rows \[0, 5\)",
+    ),
+    "negative pool row": (
+        lambda c: _with(c, req_pool_indices=torch.tensor([-1, 0])),
+        r"req_pool_indices\[0\] = -1 is outside",
+    ),
+    "length past max_context_len": (
+        lambda c: _with(c, seq_lens=torch.tensor([3, 100])),
+        r"seq_lens\[1\] = 100 exceeds req_to_token.size\(1\) = 12",
+    ),
     "negative length": (lambda c: _with(c, seq_lens=torch.tensor([-1, 7])), r"seq_lens\[0\] = -1 is negative"),
-    "zero length with a new token": (lambda c: _with(c, seq_lens=torch.tensor([3, 0])),
-                                     r"seq_lens\[1\] = 0 but every sequence includes the token written at loc"),
+    "zero length with a new token": (
+        lambda c: _with(c, seq_lens=torch.tensor([3, 0])),
+        r"seq_lens\[1\] = 0 but every sequence includes the token written at loc",
+    ),
     # dtypes
     "float64 query": (lambda c: _with(c, query=c.query.double()), r"query has dtype Double"),
-    "float64 cache": (lambda c: _with(c, k_buffer=c.k_buffer.double(), v_buffer=c.v_buffer.double(),
-                                      key=c.key.double(), value=c.value.double()), r"k_buffer has dtype Double"),
+    "float64 cache": (
+        lambda c: _with(
+            c, k_buffer=c.k_buffer.double(), v_buffer=c.v_buffer.double(), key=c.key.double(), value=c.value.double()
+        ),
+        r"k_buffer has dtype Double",
+    ),
     "query dtype differs": (lambda c: _with(c, query=c.query.half()), r"k_buffer has dtype Float but query has Half"),
-    "output dtype differs": (lambda c: _with(c, output=c.output.bfloat16()),
-                             r"output has dtype BFloat16 but query has Float"),
+    "output dtype differs": (
+        lambda c: _with(c, output=c.output.bfloat16()),
+        r"output has dtype BFloat16 but query has Float",
+    ),
     "float map": (lambda c: _with(c, req_to_token=c.req_to_token.float()), r"req_to_token must have dtype Int or Long"),
-    "int16 pool indices": (lambda c: _with(c, req_pool_indices=c.req_pool_indices.short()),
-                           r"req_pool_indices must have dtype Int or Long, got Short"),
-    "float seq_lens": (lambda c: _with(c, seq_lens=c.seq_lens.float()), r"seq_lens must have dtype Int or Long, got Float"),
+    "int16 pool indices": (
+        lambda c: _with(c, req_pool_indices=c.req_pool_indices.short()),
+        r"req_pool_indices must have dtype Int or Long, got Short",
+    ),
+    "float seq_lens": (
+        lambda c: _with(c, seq_lens=c.seq_lens.float()),
+        r"seq_lens must have dtype Int or Long, got Float",
+    ),
     "uint8 loc": (lambda c: _with(c, loc=c.loc.to(torch.uint8)), r"loc must have dtype Int or Long, got Byte"),
-    "int64 pool row past 2^32": (lambda c: _with(c, req_pool_indices=torch.tensor([int(c.req_pool_indices[0]), 2**32 + 1])),
-                                 r"req_pool_indices\[1\] = 4294967297 is outside"),
-    "bf16 attn_logits": (lambda c: _with(c, attn_logits=c.attn_logits.bfloat16()),
-                         r"attn_logits must have dtype float32, got BFloat16"),
+    "int64 pool row past 2^32": (
+        lambda c: _with(c, req_pool_indices=torch.tensor([int(c.req_pool_indices[0]), 2**32 + 1])),
+        r"req_pool_indices\[1\] = 4294967297 is outside",
+    ),
+    "bf16 attn_logits": (
+        lambda c: _with(c, attn_logits=c.attn_logits.bfloat16()),
+        r"attn_logits must have dtype float32, got BFloat16",
+    ),
     # shapes
     "2-D query": (lambda c: _with(c, query=c.query[0]), r"query must be 3-D"),
     "3-D attn_logits": (lambda c: _with(c, attn_logits=c.attn_logits[:, :, 0]), r"attn_logits must be 4-D"),
-    "H not a multiple of H_kv": (lambda c: _with(c, query=c.query[:, :3], output=c.output[:, :3],
-                                                 attn_logits=c.attn_logits[:, :3]),
-                                 r"H = 3 heads, not a multiple of H_kv = 2"),
-    "output head count differs": (lambda c: _with(c, output=c.output[:, :2]),
-                                  r"output.size\(1\) = 2 but query.size\(1\) \(H\) is 4"),
+    "H not a multiple of H_kv": (
+        lambda c: _with(c, query=c.query[:, :3], output=c.output[:, :3], attn_logits=c.attn_logits[:, :3]),
+        r"H = 3 heads, not a multiple of H_kv = 2",
+    ),
+    "output head count differs": (
+        lambda c: _with(c, output=c.output[:, :2]),
+        r"output.size\(1\) = 2 but query.size\(1\) \(H\) is 4",
+    ),
     "key head count differs": (lambda c: _with(c, key=c.key[:, :1]), r"key.size\(1\) = 1 but k_buffer.size\(1\)"),
-    "query head size differs": (lambda c: _with(c, query=c.query[:, :, :8]),
-                                r"query.size\(2\) = 8 but k_buffer.size\(2\) \(D\) is 16"),
-    "attn_logits last dim is Dv": (lambda c: _with(c, attn_logits=c.attn_logits[..., :-1]),
-                                   r"attn_logits.size\(3\) = 7 but Dv \+ 1"),
-    "attn_logits batch differs": (lambda c: _with(c, attn_logits=c.attn_logits[:1]),
-                                  r"attn_logits.size\(0\) = 1 but query.size\(0\)"),
+    "query head size differs": (
+        lambda c: _with(c, query=c.query[:, :, :8]),
+        r"query.size\(2\) = 8 but k_buffer.size\(2\) \(D\) is 16",
+    ),
+    "attn_logits last dim is Dv": (
+        lambda c: _with(c, attn_logits=c.attn_logits[..., :-1]),
+        r"attn_logits.size\(3\) = 7 but Dv \+ 1",
+    ),
+    "attn_logits batch differs": (
+        lambda c: _with(c, attn_logits=c.attn_logits[:1]),
+        r"attn_logits.size\(0\) = 1 but query.size\(0\)",
+    ),
     "zero splits": (lambda c: _with(c, attn_logits=c.attn_logits[:, :, :0]), r"number of KV splits and must be >= 1"),
-    "query batch differs": (lambda c: _with(c, query=c.query[:1], output=c.output[:1], attn_logits=c.attn_logits[:1]),
-                            r"key.size\(0\) = 2 but query.size\(0\)"),
-    "strided query last dim": (lambda c: _with(c, query=torch.cat([c.query, c.query], 2)[:, :, ::2]),
-                               r"query must be contiguous in its last dimension"),
+    "query batch differs": (
+        lambda c: _with(c, query=c.query[:1], output=c.output[:1], attn_logits=c.attn_logits[:1]),
+        r"key.size\(0\) = 2 but query.size\(0\)",
+    ),
+    "strided query last dim": (
+        lambda c: _with(c, query=torch.cat([c.query, c.query], 2)[:, :, ::2]),
+        r"query must be contiguous in its last dimension",
+    ),
     # scalars
     "nan sm_scale": (lambda c: _with(c, sm_scale=float("nan")), r"sm_scale must be finite, got nan"),
     "inf sm_scale": (lambda c: _with(c, sm_scale=float("inf")), r"sm_scale must be finite, got inf"),
@@ -453,15 +382,23 @@ BAD_INPUTS = {
     "inf logit_cap": (lambda c: _with(c, logit_cap=float("inf")), r"logit_cap must be finite and >= 0.*got inf"),
     "subnormal logit_cap": (lambda c: _with(c, logit_cap=1e-40), r"1/logit_cap a normal float32.*got 1e-40"),
     # memory overlap: written tensors may not repeat an element or touch an input
-    "expanded output rows": (lambda c: _with(c, output=c.output[:1].expand_as(c.output)),
-                             r"output has overlapping elements"),
-    "overlapping attn_logits splits": (lambda c: _with(c, attn_logits=c.attn_logits[:, :, :1].expand_as(c.attn_logits)),
-                                       r"attn_logits has overlapping elements"),
-    "output inside attn_logits": (lambda c: _with(c, output=c.attn_logits[:, :, 0, :7]),
-                                  r"output shares memory with attn_logits"),
+    "expanded output rows": (
+        lambda c: _with(c, output=c.output[:1].expand_as(c.output)),
+        r"output has overlapping elements",
+    ),
+    "overlapping attn_logits splits": (
+        lambda c: _with(c, attn_logits=c.attn_logits[:, :, :1].expand_as(c.attn_logits)),
+        r"attn_logits has overlapping elements",
+    ),
+    "output inside attn_logits": (
+        lambda c: _with(c, output=c.attn_logits[:, :, 0, :7]),
+        r"output shares memory with attn_logits",
+    ),
     "output over query": (lambda c: _with(c, output=c.query[..., :7]), r"output shares memory with query"),
-    "output inside the cache": (lambda c: _with(c, output=c.v_buffer.view(-1)[: 2 * 4 * 7].view(2, 4, 7)),
-                                r"output shares memory with v_buffer"),
+    "output inside the cache": (
+        lambda c: _with(c, output=c.v_buffer.view(-1)[: 2 * 4 * 7].view(2, 4, 7)),
+        r"output shares memory with v_buffer",
+    ),
     "attn_logits over seq_lens": (lambda c: _logits_over_seq_lens(c), r"attn_logits shares memory with seq_lens"),
 }
 

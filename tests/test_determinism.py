@@ -20,11 +20,11 @@ from collections.abc import Callable
 import pytest
 import torch
 
-from test_decode_attention import make_case
-from test_extend_attention import Case as ExtendCase
-from test_int8_kv_cache import DYN, int8_decode, int8_extend
-from test_kv_write import make_case as kv_write_case
-from test_kv_write import write
+from cases.decode import make_case
+from cases.extend import Case as ExtendCase
+from cases.int8 import DYN, int8_decode, int8_extend
+from cases.kv_write import make_case as kv_write_case
+from cases.kv_write import write
 
 THREAD_COUNTS = [1, 2, 8]
 
@@ -51,8 +51,16 @@ def _decode() -> tuple[torch.Tensor, ...]:
 
 def _extend() -> tuple[torch.Tensor, ...]:
     # 3 sequences x 6 heads x >= 1 query blocks = 18+ items.
-    case = ExtendCase(prefix=[40, 0, 17], extend=[37, 20, 70], heads=6, heads_kv=2, head_dim=40, head_dim_v=24,
-                      dtype=torch.float16, seed=7).build()
+    case = ExtendCase(
+        prefix=[40, 0, 17],
+        extend=[37, 20, 70],
+        heads=6,
+        heads_kv=2,
+        head_dim=40,
+        head_dim_v=24,
+        dtype=torch.float16,
+        seed=7,
+    ).build()
     return (case.run(),)
 
 
@@ -63,16 +71,32 @@ def _int8_decode() -> tuple[torch.Tensor, ...]:
 
 
 def _int8_extend() -> tuple[torch.Tensor, ...]:
-    t = int8_extend(ExtendCase(prefix=[40, 0, 17], extend=[37, 20, 70], heads=6, heads_kv=2, head_dim=40,
-                               head_dim_v=24, dtype=torch.bfloat16, seed=9), 0.02, DYN, magnitudes=True)
+    t = int8_extend(
+        ExtendCase(
+            prefix=[40, 0, 17],
+            extend=[37, 20, 70],
+            heads=6,
+            heads_kv=2,
+            head_dim=40,
+            head_dim_v=24,
+            dtype=torch.bfloat16,
+            seed=9,
+        ),
+        0.02,
+        DYN,
+        magnitudes=True,
+    )
     out = t.check()
     a = t.case.inputs
     return out, a["k_buffer"], a["v_buffer"], t.k_scale_buf, t.v_scale_buf
 
 
 CALLS: dict[str, Callable[[], tuple[torch.Tensor, ...]]] = {
-    "decode_set_kv_buffer": _kv_write, "decode_attention_cpu": _decode, "extend_attention_cpu": _extend,
-    "decode_attention_int8_cpu": _int8_decode, "extend_attention_int8_cpu": _int8_extend,
+    "decode_set_kv_buffer": _kv_write,
+    "decode_attention_cpu": _decode,
+    "extend_attention_cpu": _extend,
+    "decode_attention_int8_cpu": _int8_decode,
+    "extend_attention_int8_cpu": _int8_extend,
 }
 
 
@@ -95,6 +119,7 @@ def test_bitwise_equal_at_every_thread_count_and_on_every_run(kernel_variant, re
     for threads, runs in results.items():
         for run, outputs in enumerate(runs):
             for i, (a, b) in enumerate(zip(first, outputs)):
-                assert torch.equal(a.view(torch.uint8) if a.dtype != torch.int8 else a,
-                                   b.view(torch.uint8) if b.dtype != torch.int8 else b), \
-                    f"{op}: output {i} at {threads} threads (run {run + 1}) differs from 1 thread"
+                assert torch.equal(
+                    a.view(torch.uint8) if a.dtype != torch.int8 else a,
+                    b.view(torch.uint8) if b.dtype != torch.int8 else b,
+                ), f"{op}: output {i} at {threads} threads (run {run + 1}) differs from 1 thread"

@@ -19,8 +19,16 @@ def _cu(lengths: list[int]) -> torch.Tensor:
     return torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=torch.int32)
 
 
-def _inputs(q_lens: list[int], k_lens: list[int], heads: int, heads_kv: int, head_dim: int, head_dim_v: int,
-            dtype: torch.dtype, seed: int) -> tuple[torch.Tensor, ...]:
+def _inputs(
+    q_lens: list[int],
+    k_lens: list[int],
+    heads: int,
+    heads_kv: int,
+    head_dim: int,
+    head_dim_v: int,
+    dtype: torch.dtype,
+    seed: int,
+) -> tuple[torch.Tensor, ...]:
     g = torch.Generator().manual_seed(seed)
     q = torch.randn(sum(q_lens), heads, head_dim, generator=g).to(dtype)
     k = torch.randn(sum(k_lens), heads_kv, head_dim, generator=g).to(dtype)
@@ -50,8 +58,9 @@ def test_varlen_as_a_vision_encoder_calls_it(kernel_variant):
     qkv = torch.randn(images * patches, 3, heads, head_dim, generator=g).to(torch.bfloat16)
     q, k, v = qkv[:, 0], qkv[:, 1], qkv[:, 2]
     cu = _cu([patches] * images)
-    out = torch.ops.sgl_kernel.flash_attn_varlen_func(q=q, k=k, v=v, cu_seqlens_q=cu, cu_seqlens_k=cu,
-                                                      max_seqlen_q=patches, max_seqlen_k=patches, causal=False)
+    out = torch.ops.sgl_kernel.flash_attn_varlen_func(
+        q=q, k=k, v=v, cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=patches, max_seqlen_k=patches, causal=False
+    )
     assert_close_to_reference(out, reference_varlen(q, k, v, cu, cu, False))
 
 
@@ -63,8 +72,10 @@ def test_rows_no_sequence_covers_are_zero(kernel_variant):
     assert_close_to_reference(out, reference_varlen(q, k, v, cu_q, _cu([4, 4]), True))
 
 
-@pytest.mark.parametrize("case", ["decreasing", "past the rows", "over max", "int64", "not from 0", "head dims",
-                                  "heads", "dtype", "sizes differ"])
+@pytest.mark.parametrize(
+    "case",
+    ["decreasing", "past the rows", "over max", "int64", "not from 0", "head dims", "heads", "dtype", "sizes differ"],
+)
 @pytest.mark.variant_independent
 def test_bad_input_is_refused(case):
     q, k, v = _inputs([3, 2], [4, 1], heads=4, heads_kv=2, head_dim=8, head_dim_v=8, dtype=torch.float32, seed=4)

@@ -56,8 +56,9 @@ from rvv_attn.model import LlamaModel, ModelConfig
 from rvv_attn.pools import Int8Scales, PoolExhaustedError, ReqToTokenPool, make_kv_pool
 from tolerances import F32_ACCUMULATION_ATOL
 
-CFG = ModelConfig(vocab_size=128, hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2, head_dim=16,
-                  intermediate_size=128)
+CFG = ModelConfig(
+    vocab_size=128, hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2, head_dim=16, intermediate_size=128
+)
 GPT_OSS_CFG = dataclasses.replace(CFG, sliding_window=8, attention_sinks=True)
 F32_LOGIT_ATOL = 4 * F32_ACCUMULATION_ATOL
 ULPS_ALLOWED = 4
@@ -69,14 +70,39 @@ def prompts(lens: list[int], seed: int = 0) -> list[list[int]]:
     return [torch.randint(0, CFG.vocab_size, (n,), generator=g).tolist() for n in lens]
 
 
-def make_engine(backend: str = "rvv", dtype: torch.dtype = torch.float32, kv_cache: str = "float",
-                max_reqs: int = 4, max_context_len: int = 64, pool_tokens: int = 160, chunk_size: int = 8,
-                max_running: int | None = None, seed: int = 0, cfg: ModelConfig = CFG) -> Engine:
+def make_engine(
+    backend: str = "rvv",
+    dtype: torch.dtype = torch.float32,
+    kv_cache: str = "float",
+    max_reqs: int = 4,
+    max_context_len: int = 64,
+    pool_tokens: int = 160,
+    chunk_size: int = 8,
+    max_running: int | None = None,
+    seed: int = 0,
+    cfg: ModelConfig = CFG,
+) -> Engine:
     model = LlamaModel(cfg, dtype, seed=seed)
-    kv_pool = make_kv_pool(kv_cache, pool_tokens, cfg.num_layers, cfg.num_kv_heads, cfg.head_dim, cfg.head_dim,
-                           dtype, Int8Scales(*cfg.static_kv_scales()), shuffle_seed=1)
-    return Engine(model, make_backend(backend, cfg.num_heads, cfg.head_dim), ReqToTokenPool(max_reqs, max_context_len),
-                  kv_pool, chunk_size=chunk_size, max_running=max_running, keep_logits=True)
+    kv_pool = make_kv_pool(
+        kv_cache,
+        pool_tokens,
+        cfg.num_layers,
+        cfg.num_kv_heads,
+        cfg.head_dim,
+        cfg.head_dim,
+        dtype,
+        Int8Scales(*cfg.static_kv_scales()),
+        shuffle_seed=1,
+    )
+    return Engine(
+        model,
+        make_backend(backend, cfg.num_heads, cfg.head_dim),
+        ReqToTokenPool(max_reqs, max_context_len),
+        kv_pool,
+        chunk_size=chunk_size,
+        max_running=max_running,
+        keep_logits=True,
+    )
 
 
 def generate(engine: Engine, prompt_list: list[list[int]], new_tokens: list[int]) -> dict[str, Request]:
@@ -126,7 +152,7 @@ def test_rvv_and_torch_native_give_the_same_greedy_tokens_in_float32():
 def test_rvv_and_torch_native_logits_agree_in_half_precision(dtype):
     rvv = generate(make_engine("rvv", dtype, max_running=3), prompts(LENS), NEW)
     native = generate(make_engine("torch_native", dtype, max_running=3), prompts(LENS), NEW)
-    largest = max(l.abs().max().item() for r in native.values() for l in r.logits)
+    largest = max(logits.abs().max().item() for r in native.values() for logits in r.logits)
     mantissa_bits = {torch.bfloat16: 7, torch.float16: 10}[dtype]
     ulp = 2.0 ** (math.floor(math.log2(largest)) - mantissa_bits)
     assert_logits_close(rvv, native, ULPS_ALLOWED * ulp)
@@ -148,14 +174,16 @@ def test_int8_cache_logits_stay_near_the_float_cache(kv_cache):
 # r1, r2 and r3 in decode. Logit tolerances as above: window and sinks change which keys are summed, not
 # the float32 arithmetic of a call, and every layer still runs one attention call per token.
 
+
 # The int8 cache on the host only: under emulation test_backends' window4-sinks-int8 cases cover the int8
 # operators with a window shorter than the prefix and sinks.
 @pytest.mark.parametrize("kv_cache", ["float", pytest.param("int8-dynamic", marks=pytest.mark.host_only)])
 def test_gpt_oss_model_gives_the_same_greedy_tokens_through_both_backends(kv_cache):
     assert max(n + m - 1 for n, m in zip(LENS, NEW)) > GPT_OSS_CFG.sliding_window
     rvv = generate(make_engine("rvv", kv_cache=kv_cache, max_running=3, cfg=GPT_OSS_CFG), prompts(LENS), NEW)
-    native = generate(make_engine("torch_native", kv_cache=kv_cache, max_running=3, cfg=GPT_OSS_CFG),
-                      prompts(LENS), NEW)
+    native = generate(
+        make_engine("torch_native", kv_cache=kv_cache, max_running=3, cfg=GPT_OSS_CFG), prompts(LENS), NEW
+    )
     assert {rid: r.output for rid, r in rvv.items()} == {rid: r.output for rid, r in native.items()}
     assert_logits_close(rvv, native, F32_LOGIT_ATOL)
 
@@ -165,8 +193,9 @@ def test_gpt_oss_model_gives_the_same_greedy_tokens_through_both_backends(kv_cac
 def test_gpt_oss_model_depends_on_its_window_and_sinks(without):
     # The reference backend alone: each feature changes the greedy tokens, so the agreement above is not
     # that of two backends both ignoring it. The weights are the same (sinks are drawn last).
-    plain_cfg = dataclasses.replace(GPT_OSS_CFG, **({"sliding_window": 0} if without == "window"
-                                                    else {"attention_sinks": False}))
+    plain_cfg = dataclasses.replace(
+        GPT_OSS_CFG, **({"sliding_window": 0} if without == "window" else {"attention_sinks": False})
+    )
     gpt_oss = generate(make_engine("torch_native", max_running=3, cfg=GPT_OSS_CFG), prompts(LENS), NEW)
     plain = generate(make_engine("torch_native", max_running=3, cfg=plain_cfg), prompts(LENS), NEW)
     assert {rid: r.output for rid, r in gpt_oss.items()} != {rid: r.output for rid, r in plain.items()}
@@ -212,23 +241,25 @@ def test_slot_reuse_does_not_disturb_other_requests():
         replay.step()
         r1 = next((r for r in replay.running if r.rid == "r1"), None)
         if r1 is not None:
-            r1_slots = set(replay.req_pool.req_to_token[r1.req_pool_idx, :r1.cached_len].tolist())
+            r1_slots = set(replay.req_pool.req_to_token[r1.req_pool_idx, : r1.cached_len].tolist())
     replay.step()  # admits r2 and prefills it
     r2 = next(r for r in replay.running if r.rid == "r2")
-    r2_slots = set(replay.req_pool.req_to_token[r2.req_pool_idx, :r2.cached_len].tolist())
+    r2_slots = set(replay.req_pool.req_to_token[r2.req_pool_idx, : r2.cached_len].tolist())
     assert r2_slots & r1_slots, "r2 did not reuse any slot r1 freed"
 
 
 def test_batch_mixing_very_different_lengths():
     lens, new = [1, 60, 2], [3, 2, 3]
     mixed = generate(make_engine(max_running=3, chunk_size=64, pool_tokens=128), prompts(lens, seed=5), new)
-    native = generate(make_engine("torch_native", max_running=3, chunk_size=64, pool_tokens=128),
-                      prompts(lens, seed=5), new)
+    native = generate(
+        make_engine("torch_native", max_running=3, chunk_size=64, pool_tokens=128), prompts(lens, seed=5), new
+    )
     assert {k: r.output for k, r in mixed.items()} == {k: r.output for k, r in native.items()}
     assert_logits_close(mixed, native, F32_LOGIT_ATOL)
 
 
 # ---- errors leave the other requests intact --------------------------------------------------
+
 
 def _reference_outputs(lens, new) -> dict[str, list[int]]:
     return {k: r.output for k, r in generate(make_engine(max_running=2), prompts(lens), new).items()}
@@ -259,8 +290,11 @@ def test_request_longer_than_max_context_len_is_refused_and_others_run():
     for i, (p, n) in enumerate(zip(prompts(lens), new)):
         engine.add_request(Request(f"r{i}", p, n))
     engine.step()
-    with pytest.raises(ValueError, match=r"request 'long' is longer than max_context_len = 32: prompt 30 \+ "
-                                         r"max_new_tokens 4 - 1 = 33 cache positions"):
+    with pytest.raises(
+        ValueError,
+        match=r"request 'long' is longer than max_context_len = 32: prompt 30 \+ "
+        r"max_new_tokens 4 - 1 = 33 cache positions",
+    ):
         engine.add_request(Request("long", prompts([30])[0], 4))
     assert [r.rid for r in engine.waiting] == []
     engine.run()

@@ -10,142 +10,21 @@ only differences are float32 arithmetic and the output's rounding).
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass, replace
-
 import pytest
 import torch
 
-import opcall
-import rvv_attn
-from reference import decode_attention as reference_decode
-from reference import dequantize_int8, quantize_int8, write_kv_int8
-from reference import extend_attention as reference_extend
-from test_decode_attention import make_case
-from test_extend_attention import SENTINEL, extend_writes
-from test_extend_attention import Case as ExtendCase
-from tolerances import TOLERANCES, assert_close_to_reference
-
-DECODE = rvv_attn.ops.decode_attention_int8_cpu
-EXTEND = rvv_attn.ops.extend_attention_int8_cpu
-NAN = float("nan")
-DYN = NAN  # k_scale / v_scale = NaN selects per-token scales
+from cases.extend import SENTINEL
+from cases.extend import Case as ExtendCase
+from cases.int8 import DECODE, DYN, EXTEND, NAN, Int8Decode, Int8Extend, call_int8, int8_decode, int8_extend, is_dynamic
+from reference import quantize_int8
+from tolerances import TOLERANCES
 
 
-def _dyn(scale: float) -> bool:
-    return math.isnan(scale)
-
-
-def _rows(shape, scale: float, g: torch.Generator, magnitudes: bool, zero_rows: bool,
-          unit_data: bool = False) -> torch.Tensor:
-    """Float rows for a cache or new tokens.
-
-    Static scale s: N(0, 1) * 40 s, so int8 codes spread over ~[-127, 127]
-    and the tails clamp. Dynamic: every row (token, head) gets its own
-    magnitude, 10^U(-3, 0.5) with ``magnitudes`` (rows 3000x apart), else 1.
-    ``zero_rows``: every 5th token's rows are all zero. ``unit_data``: N(0, 1)
-    whatever the scale (a small static scale then clamps most codes).
-    """
-    x = torch.randn(*shape, generator=g)
-    if unit_data:
-        pass
-    elif not _dyn(scale):
-        x = x * (40 * scale)
-    elif magnitudes:
-        x = x * torch.pow(10.0, torch.rand(*shape[:-1], 1, generator=g) * 3.5 - 3)
-    if zero_rows:
-        x[::5] = 0
-    return x
-
-
-def call_int8(op, args: dict, new_slots) -> dict:
-    """An int8 operator through opcall with its documented writes (the new tokens' rows and dynamic scales of
-    float rows, the batch's output rows and attn_logits); ``new_slots`` must be where they go."""
-    name = op._qualified_op_name.split("::")[-1] if hasattr(op, "_qualified_op_name") else str(op).split(".")[-1]
-    writes = opcall.documented_writes(name, args)
-    return opcall.call(op, args, writes)
-
-
-# ---- decode ------------------------------------------------------------------------------------
-@dataclass
-class Int8Decode:
-    case: object  # test_decode_attention.Case, its k/v buffers int8, key/value float or int8
-    k_scale_buf: torch.Tensor
-    v_scale_buf: torch.Tensor
-    k_scale: float
-    v_scale: float
-
-    def run(self, **change) -> None:
-        c = self.case
-        args = dict(query=c.query, k_buffer=c.k_buffer, v_buffer=c.v_buffer, output=c.output, key=c.key,
-                    value=c.value, loc=c.loc, attn_logits=c.attn_logits, req_to_token=c.req_to_token,
-                    req_pool_indices=c.req_pool_indices, seq_lens=c.seq_lens, sm_scale=c.sm_scale,
-                    logit_cap=c.logit_cap, k_scale_buf=self.k_scale_buf, v_scale_buf=self.v_scale_buf,
-                    k_scale=self.k_scale, v_scale=self.v_scale)
-        args.update(change)
-        call_int8(DECODE, args, args["loc"])
-
-    def expected(self, logit_cap: float | None = None):
-        """(k cache, v cache, k scales, v scales, output float64) the operator must produce."""
-        c = self.case
-        k, v = c.k_buffer.clone(), c.v_buffer.clone()
-        ks, vs = self.k_scale_buf.clone(), self.v_scale_buf.clone()
-        write_kv_int8(k, ks, c.key, c.loc.tolist(), self.k_scale)
-        write_kv_int8(v, vs, c.value, c.loc.tolist(), self.v_scale)
-        out = reference_decode(c.query, dequantize_int8(k, ks, self.k_scale), dequantize_int8(v, vs, self.v_scale),
-                               c.req_to_token, c.req_pool_indices, c.seq_lens, c.sm_scale,
-                               c.logit_cap if logit_cap is None else logit_cap)
-        return k, v, ks, vs, out
-
-    def check(self) -> None:
-        k, v, ks, vs, out = self.expected()
-        self.run()
-        assert torch.equal(self.case.k_buffer, k), "k_buffer differs from the reference quantization"
-        assert torch.equal(self.case.v_buffer, v), "v_buffer differs from the reference quantization"
-        torch.testing.assert_close(self.k_scale_buf, ks, rtol=0, atol=0, equal_nan=True)
-        torch.testing.assert_close(self.v_scale_buf, vs, rtol=0, atol=0, equal_nan=True)
-        assert not torch.isnan(self.case.output).any(), "output has NaN: some row was not written"
-        assert_close_to_reference(self.case.output, out)
-
-
-def _quantized_cache(x: torch.Tensor, scale: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """An int8 cache holding x, and its scale buffer (NaN everywhere in static mode: it must not be read)."""
-    q, s = quantize_int8(x, None if _dyn(scale) else scale)
-    s = s if _dyn(scale) else torch.full_like(s, NAN)
-    # Contiguous, with a sentinel slot before and after (-128 / NaN): a store one slot off lands there.
-    return opcall.embed(q, lead=(1, 0, 0)), opcall.embed(s, lead=(1, 0))
-
-
-def int8_decode(lens, heads, heads_kv, head_dim, head_dim_v, dtype, k_scale, v_scale, splits=3, new_int8=False,
-                magnitudes=False, zero_rows=False, logit_cap=0.0, seed=0, unit_data=False) -> Int8Decode:
-    c = make_case(lens, heads, heads_kv, head_dim, head_dim_v, dtype, splits, logit_cap=logit_cap, seed=seed)
-    g = torch.Generator().manual_seed(seed + 100)
-    slots = c.k_buffer.shape[0]
-
-    c.k_buffer, k_sb = _quantized_cache(_rows((slots, heads_kv, head_dim), k_scale, g, magnitudes, zero_rows, unit_data), k_scale)
-    c.v_buffer, v_sb = _quantized_cache(_rows((slots, heads_kv, head_dim_v), v_scale, g, magnitudes, zero_rows, unit_data),
-                                        v_scale)
-    batch = len(lens)
-    key = _rows((batch, heads_kv, head_dim), k_scale, g, magnitudes, zero_rows, unit_data).to(dtype)
-    value = _rows((batch, heads_kv, head_dim_v), v_scale, g, magnitudes, zero_rows, unit_data).to(dtype)
-    if new_int8:
-        # Already quantized by the caller, who also stores dynamic scales.
-        key, k_new = quantize_int8(key, None if _dyn(k_scale) else k_scale)
-        value, v_new = quantize_int8(value, None if _dyn(v_scale) else v_scale)
-        if _dyn(k_scale):
-            k_sb[c.loc] = k_new
-        if _dyn(v_scale):
-            v_sb[c.loc] = v_new
-    else:
-        # Stale garbage where the new rows' scales go: they must be overwritten.
-        k_sb[c.loc] = -5.0 if _dyn(k_scale) else NAN
-        v_sb[c.loc] = -5.0 if _dyn(v_scale) else NAN
-    c.key, c.value = key, value
-    return Int8Decode(c, k_sb, v_sb, k_scale, v_scale)
-
-
-@pytest.mark.parametrize("scale,dtype", [(0.001, torch.float32), (0.01, torch.bfloat16), (0.1, torch.float16),
-                                         (0.01, torch.float32)], ids=str)
+@pytest.mark.parametrize(
+    "scale,dtype",
+    [(0.001, torch.float32), (0.01, torch.bfloat16), (0.1, torch.float16), (0.01, torch.float32)],
+    ids=str,
+)
 def test_decode_static_scales(kernel_variant, scale, dtype):
     t = int8_decode([1, 40, 70], 8, 2, 64, 48, dtype, scale, scale, seed=1)
     t.check()
@@ -165,11 +44,10 @@ def test_decode_dynamic_rows_of_different_magnitudes_and_zero_rows(kernel_varian
 @pytest.mark.parametrize("k_scale,v_scale", [(0.02, DYN), (DYN, 0.02)], ids=["staticK-dynV", "dynK-staticV"])
 @pytest.mark.parametrize("new_int8", [False, True], ids=["float-new", "int8-new"])
 def test_decode_mixed_modes(kernel_variant, k_scale, v_scale, new_int8):
-    t = int8_decode([5, 37], 6, 2, 32, 24, torch.bfloat16, k_scale, v_scale, new_int8=new_int8, magnitudes=True,
-                    seed=3)
+    t = int8_decode([5, 37], 6, 2, 32, 24, torch.bfloat16, k_scale, v_scale, new_int8=new_int8, magnitudes=True, seed=3)
     t.check()
     # The static side's buffer stays all NaN (never read, never written).
-    static = t.k_scale_buf if not _dyn(k_scale) else t.v_scale_buf
+    static = t.k_scale_buf if not is_dynamic(k_scale) else t.v_scale_buf
     assert torch.isnan(static).all()
 
 
@@ -202,120 +80,45 @@ def test_quantization_rounds_half_to_even_and_clamps(kernel_variant):
     assert t.case.v_buffer[slot, 0, 0].item() == 127
 
 
-# ---- extend ------------------------------------------------------------------------------------
-@dataclass
-class Int8Extend:
-    case: ExtendCase  # built; k_buffer/v_buffer int8, k_extend/v_extend float or int8
-    k_scale_buf: torch.Tensor
-    v_scale_buf: torch.Tensor
-    k_scale: float
-    v_scale: float
-
-    def args(self, **change) -> dict:
-        a = dict(self.case.inputs, k_scale_buf=self.k_scale_buf, v_scale_buf=self.v_scale_buf, k_scale=self.k_scale,
-                 v_scale=self.v_scale)
-        a.update(change)
-        return a
-
-    def new_slots(self) -> tuple[list[int], list[int]]:
-        """(rows of k_extend, their cache slots req_to_token[row_b, prefix_b + i])."""
-        a = self.case.inputs
-        rows, slots = [], []
-        for b in range(len(self.case.prefix)):
-            pool = int(a["req_pool_indices"][b])
-            for i in range(self.case.extend[b]):
-                rows.append(int(a["extend_start_loc"][b]) + i)
-                slots.append(int(a["req_to_token"][pool, self.case.prefix[b] + i]))
-        return rows, slots
-
-    def expected(self, logit_cap: float | None = None):
-        a = self.case.inputs
-        k, v = a["k_buffer"].clone(), a["v_buffer"].clone()
-        ks, vs = self.k_scale_buf.clone(), self.v_scale_buf.clone()
-        rows, slots = self.new_slots()
-        write_kv_int8(k, ks, a["k_extend"][rows], slots, self.k_scale)
-        write_kv_int8(v, vs, a["v_extend"][rows], slots, self.v_scale)
-        kd, vd = dequantize_int8(k, ks, self.k_scale), dequantize_int8(v, vs, self.v_scale)
-        if a["k_extend"].dtype == torch.int8:
-            # int8 new tokens: the values the cache holds, with its scales.
-            k_new = torch.zeros(a["k_extend"].shape, dtype=torch.float64)
-            v_new = torch.zeros(a["v_extend"].shape, dtype=torch.float64)
-            k_new[rows], v_new[rows] = kd[slots], vd[slots]
-        else:
-            # Float new tokens are attended as given; only later steps see them quantized.
-            k_new, v_new = a["k_extend"].double(), a["v_extend"].double()
-        out = reference_extend(a["q_extend"], k_new, v_new, kd, vd, a["req_to_token"], a["req_pool_indices"],
-                               a["seq_lens"], a["extend_seq_lens"], a["extend_start_loc"], a["sm_scale"],
-                               self.case.logit_cap if logit_cap is None else logit_cap)
-        return k, v, ks, vs, out
-
-    def check(self, **change) -> torch.Tensor:
-        k, v, ks, vs, ref = self.expected(change.get("logit_cap"))
-        args = self.args(**change)
-        call_int8(EXTEND, args, self.new_slots()[1])
-        assert torch.equal(args["k_buffer"], k), "k_buffer differs from the reference quantization"
-        assert torch.equal(args["v_buffer"], v), "v_buffer differs from the reference quantization"
-        torch.testing.assert_close(args["k_scale_buf"], ks, rtol=0, atol=0, equal_nan=True)
-        torch.testing.assert_close(args["v_scale_buf"], vs, rtol=0, atol=0, equal_nan=True)
-        self.case.check(args["o_extend"], ref)
-        return args["o_extend"]
-
-
-def int8_extend(case: ExtendCase, k_scale, v_scale, new_int8=False, magnitudes=False, zero_rows=False,
-                unit_data=False) -> Int8Extend:
-    """Turn a float extend case into an int8 one: its cache quantized, new-token slots in its map."""
-    case = replace(case).build()
-    a = case.inputs
-    g = torch.Generator().manual_seed(case.seed + 200)
-    # Room for the new tokens: fresh slots past the prefixes' ones.
-    used = a["k_buffer"].shape[0]
-    total_new = sum(case.extend)
-    slots = used + total_new + 3
-    hkv, d, dv = case.heads_kv, case.head_dim, case.head_dim_v
-    a["k_buffer"], k_sb = _quantized_cache(_rows((slots, hkv, d), k_scale, g, magnitudes, zero_rows, unit_data), k_scale)
-    a["v_buffer"], v_sb = _quantized_cache(_rows((slots, hkv, dv), v_scale, g, magnitudes, zero_rows, unit_data), v_scale)
-    fresh = (used + torch.randperm(total_new + 3, generator=g)).tolist()
-    for b in range(len(case.prefix)):
-        pool = int(a["req_pool_indices"][b])
-        for i in range(case.extend[b]):
-            a["req_to_token"][pool, case.prefix[b] + i] = fresh.pop()
-    tokens = a["q_extend"].shape[0]
-    k_new = _rows((tokens, hkv, d), k_scale, g, magnitudes, zero_rows, unit_data).to(case.dtype)
-    v_new = _rows((tokens, hkv, dv), v_scale, g, magnitudes, zero_rows, unit_data).to(case.dtype)
-    t = Int8Extend(case, k_sb, v_sb, k_scale, v_scale)
-    rows, new_slots = t.new_slots()
-    if new_int8:
-        k_new, k_s = quantize_int8(k_new, None if _dyn(k_scale) else k_scale)
-        v_new, v_s = quantize_int8(v_new, None if _dyn(v_scale) else v_scale)
-        if _dyn(k_scale):
-            k_sb[new_slots] = k_s[rows]
-        if _dyn(v_scale):
-            v_sb[new_slots] = v_s[rows]
-    elif new_slots:
-        k_sb[new_slots] = -5.0 if _dyn(k_scale) else NAN
-        v_sb[new_slots] = -5.0 if _dyn(v_scale) else NAN
-    if not case.strided:
-        a["k_extend"], a["v_extend"] = k_new, v_new
-    else:
-        # Views inside sentinel-filled (NaN / -128) base tensors, as fused K/V rows.
-        a["k_extend"] = opcall.embed(k_new, lead=(0, 0, 0), trail=(0, 0, dv))
-        a["v_extend"] = opcall.embed(v_new, lead=(0, 0, d), trail=(0, 0, 0))
-    return t
-
-
 EXTEND_SHAPES = {
-    "static 0.001 f32 GQA": (ExtendCase(prefix=[20, 0, 37], extend=[12, 9, 1], heads=8, heads_kv=2, head_dim=64,
-                                        head_dim_v=48), 0.001, 0.001),
-    "static 0.01 bf16 MHA": (ExtendCase(prefix=[6, 2], extend=[11, 4], heads=2, heads_kv=2, dtype=torch.bfloat16,
-                                        map_dtype=torch.int32), 0.01, 0.01),
-    "static 0.1 f16 MQA": (ExtendCase(prefix=[30], extend=[19], heads=4, heads_kv=1, head_dim=40, head_dim_v=24,
-                                      dtype=torch.float16), 0.1, 0.1),
-    "dynamic f32 GQA": (ExtendCase(prefix=[13, 0, 70], extend=[9, 21, 33], heads=6, heads_kv=3, head_dim=48,
-                                   head_dim_v=40), DYN, DYN),
-    "dynamic bf16 MHA strided": (ExtendCase(prefix=[10, 4], extend=[6, 13], heads=3, heads_kv=3, strided=True,
-                                            dtype=torch.bfloat16, map_dtype=torch.int32), DYN, DYN),
-    "dynamic f16 D7": (ExtendCase(prefix=[17], extend=[23], heads=2, heads_kv=1, head_dim=7, head_dim_v=3,
-                                  dtype=torch.float16), DYN, DYN),
+    "static 0.001 f32 GQA": (
+        ExtendCase(prefix=[20, 0, 37], extend=[12, 9, 1], heads=8, heads_kv=2, head_dim=64, head_dim_v=48),
+        0.001,
+        0.001,
+    ),
+    "static 0.01 bf16 MHA": (
+        ExtendCase(prefix=[6, 2], extend=[11, 4], heads=2, heads_kv=2, dtype=torch.bfloat16, map_dtype=torch.int32),
+        0.01,
+        0.01,
+    ),
+    "static 0.1 f16 MQA": (
+        ExtendCase(prefix=[30], extend=[19], heads=4, heads_kv=1, head_dim=40, head_dim_v=24, dtype=torch.float16),
+        0.1,
+        0.1,
+    ),
+    "dynamic f32 GQA": (
+        ExtendCase(prefix=[13, 0, 70], extend=[9, 21, 33], heads=6, heads_kv=3, head_dim=48, head_dim_v=40),
+        DYN,
+        DYN,
+    ),
+    "dynamic bf16 MHA strided": (
+        ExtendCase(
+            prefix=[10, 4],
+            extend=[6, 13],
+            heads=3,
+            heads_kv=3,
+            strided=True,
+            dtype=torch.bfloat16,
+            map_dtype=torch.int32,
+        ),
+        DYN,
+        DYN,
+    ),
+    "dynamic f16 D7": (
+        ExtendCase(prefix=[17], extend=[23], heads=2, heads_kv=1, head_dim=7, head_dim_v=3, dtype=torch.float16),
+        DYN,
+        DYN,
+    ),
     "static K dynamic V": (ExtendCase(prefix=[21, 5], extend=[9, 14], dtype=torch.bfloat16), 0.02, DYN),
     "dynamic K static V": (ExtendCase(prefix=[21, 5], extend=[9, 14], dtype=torch.float16), DYN, 0.02),
 }
@@ -330,8 +133,7 @@ def test_extend_matches_reference(kernel_variant, name):
 
 @pytest.mark.parametrize("k_scale,v_scale", [(DYN, DYN), (0.05, DYN), (DYN, 0.05)], ids=["dyn", "staticK", "staticV"])
 def test_extend_int8_inputs_are_copied_with_caller_scales(kernel_variant, k_scale, v_scale):
-    t = int8_extend(ExtendCase(prefix=[7, 0], extend=[5, 18], seed=3), k_scale, v_scale, new_int8=True,
-                    magnitudes=True)
+    t = int8_extend(ExtendCase(prefix=[7, 0], extend=[5, 18], seed=3), k_scale, v_scale, new_int8=True, magnitudes=True)
     t.check()
 
 
@@ -340,36 +142,74 @@ def test_extend_logit_cap_is_applied(kernel_variant, dtype):
     # sm_scale 0.5 on D = 64: scores of a few units, which a cap of 2 bends. (Not 1.0: the dynamic K
     # scale multiplies each float32 score once more, an extra rounding of |score| * 2^-24 that the
     # float32 atol of tolerances.py only absorbs for scores up to ~10.)
-    base = ExtendCase(prefix=[21, 0], extend=[9, 14], head_dim=64, head_dim_v=16, dtype=dtype, sm_scale=0.5,
-                      logit_cap=2.0)
+    base = ExtendCase(
+        prefix=[21, 0], extend=[9, 14], head_dim=64, head_dim_v=16, dtype=dtype, sm_scale=0.5, logit_cap=2.0
+    )
     capped = int8_extend(base, DYN, 0.03).check()
     plain = int8_extend(base, DYN, 0.03).check(o_extend=torch.full_like(capped, SENTINEL), logit_cap=0.0)
     assert (capped.double() - plain.double()).abs().max() > 0.1, "the cap did not change the result"
 
 
-@pytest.mark.parametrize("dtype,k_scale,v_scale,logit_cap", [(torch.float32, DYN, DYN, 0.0),
-                                                             (torch.bfloat16, 0.02, DYN, 1.5),
-                                                             (torch.float16, DYN, 0.02, 0.0)], ids=str)
+@pytest.mark.parametrize(
+    "dtype,k_scale,v_scale,logit_cap",
+    [(torch.float32, DYN, DYN, 0.0), (torch.bfloat16, 0.02, DYN, 1.5), (torch.float16, DYN, 0.02, 0.0)],
+    ids=str,
+)
 def test_extend_one_token_on_a_prefix_equals_decode(kernel_variant, dtype, k_scale, v_scale, logit_cap):
     """Extending by one int8 token is a decode step: both write the same int8 row and agree on the output.
 
     (With a float token the two differ by design: extend attends the float
     values, decode the cache's; see test_sglang_compat.py.)
     """
-    t = int8_extend(ExtendCase(prefix=[37, 1, 80], extend=[1, 1, 1], heads=6, heads_kv=2, head_dim=40, head_dim_v=24,
-                               dtype=dtype, logit_cap=logit_cap, sm_scale=0.5, seed=5), k_scale, v_scale,
-                    new_int8=True, magnitudes=True)
+    t = int8_extend(
+        ExtendCase(
+            prefix=[37, 1, 80],
+            extend=[1, 1, 1],
+            heads=6,
+            heads_kv=2,
+            head_dim=40,
+            head_dim_v=24,
+            dtype=dtype,
+            logit_cap=logit_cap,
+            sm_scale=0.5,
+            seed=5,
+        ),
+        k_scale,
+        v_scale,
+        new_int8=True,
+        magnitudes=True,
+    )
     a = t.case.inputs
     rows, slots = t.new_slots()
     k0, v0, ks0, vs0 = a["k_buffer"].clone(), a["v_buffer"].clone(), t.k_scale_buf.clone(), t.v_scale_buf.clone()
     extended = t.check()
     decoded = torch.full((len(rows), a["q_extend"].shape[1], a["v_extend"].shape[2]), SENTINEL, dtype=dtype)
-    from test_decode_attention import DECODE_ARGS
+    from cases.decode import DECODE_ARGS
 
-    args = dict(zip(DECODE_ARGS + ("k_scale_buf", "v_scale_buf", "k_scale", "v_scale"), (
-        a["q_extend"][rows], k0, v0, decoded, a["k_extend"][rows], a["v_extend"][rows], torch.tensor(slots),
-        torch.zeros(len(rows), decoded.shape[1], 3, decoded.shape[2] + 1), a["req_to_token"], a["req_pool_indices"],
-        a["seq_lens"], a["sm_scale"], logit_cap, ks0, vs0, k_scale, v_scale)))
+    args = dict(
+        zip(
+            DECODE_ARGS + ("k_scale_buf", "v_scale_buf", "k_scale", "v_scale"),
+            (
+                a["q_extend"][rows],
+                k0,
+                v0,
+                decoded,
+                a["k_extend"][rows],
+                a["v_extend"][rows],
+                torch.tensor(slots),
+                torch.zeros(len(rows), decoded.shape[1], 3, decoded.shape[2] + 1),
+                a["req_to_token"],
+                a["req_pool_indices"],
+                a["seq_lens"],
+                a["sm_scale"],
+                logit_cap,
+                ks0,
+                vs0,
+                k_scale,
+                v_scale,
+            ),
+        )
+    )
     call_int8(DECODE, args, slots)
     # Same int8 rows and scales written by both operators.
     assert torch.equal(k0, a["k_buffer"]) and torch.equal(v0, a["v_buffer"])
@@ -392,8 +232,9 @@ ACCURACY_BOUND = 0.05
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=str)
 def test_int8_attention_is_close_to_the_float_cache(kernel_variant, dtype):
-    case = ExtendCase(prefix=[200, 64], extend=[16, 40], heads=8, heads_kv=2, head_dim=64, head_dim_v=64, dtype=dtype,
-                      seed=11).build()
+    case = ExtendCase(
+        prefix=[200, 64], extend=[16, 40], heads=8, heads_kv=2, head_dim=64, head_dim_v=64, dtype=dtype, seed=11
+    ).build()
     a = case.inputs
     float_out = a["o_extend"].clone()
     case.run(o_extend=float_out)
@@ -403,9 +244,12 @@ def test_int8_attention_is_close_to_the_float_cache(kernel_variant, dtype):
     vq, t.v_scale_buf = quantize_int8(a["v_buffer"], None)
     slots_used = a["k_buffer"].shape[0]
     pad = sum(case.extend)
-    t.case.inputs = dict(a, k_buffer=torch.cat([kq, torch.zeros((pad,) + kq.shape[1:], dtype=torch.int8)]),
-                         v_buffer=torch.cat([vq, torch.zeros((pad,) + vq.shape[1:], dtype=torch.int8)]),
-                         req_to_token=a["req_to_token"].clone())
+    t.case.inputs = dict(
+        a,
+        k_buffer=torch.cat([kq, torch.zeros((pad,) + kq.shape[1:], dtype=torch.int8)]),
+        v_buffer=torch.cat([vq, torch.zeros((pad,) + vq.shape[1:], dtype=torch.int8)]),
+        req_to_token=a["req_to_token"].clone(),
+    )
     t.k_scale_buf = torch.cat([t.k_scale_buf, torch.ones(pad, case.heads_kv)])
     t.v_scale_buf = torch.cat([t.v_scale_buf, torch.ones(pad, case.heads_kv)])
     nxt = slots_used
@@ -417,8 +261,10 @@ def test_int8_attention_is_close_to_the_float_cache(kernel_variant, dtype):
     int8_out = t.check()
     owned = t.new_slots()[0]
     err = (int8_out[owned].double() - float_out[owned].double()).abs().max().item()
-    print(f"\nint8 vs float cache, {dtype}: max abs error {err:.3e} (|out| max "
-          f"{float_out[owned].double().abs().max().item():.2f})")
+    print(
+        f"\nint8 vs float cache, {dtype}: max abs error {err:.3e} (|out| max "
+        f"{float_out[owned].double().abs().max().item():.2f})"
+    )
     assert 0 < err < ACCURACY_BOUND
 
 
@@ -438,6 +284,7 @@ def _bad_scale_in_slot(which: str, value: float):
         slot = _read_slot(t)
         getattr(t, f"{which}_scale_buf")[slot, 1] = value
         return {}, rf"{which}_scale_buf\[{slot}, 1\] = {value:g} is not a finite scale > 0.*slot {slot}, KV head 1"
+
     return mutate
 
 
@@ -450,26 +297,55 @@ DECODE_BAD = {
     "zero v scale in a read slot": _bad_scale_in_slot("v", 0.0),
     "negative k scale in a read slot": _bad_scale_in_slot("k", -1.0),
     "infinite v scale in a read slot": _bad_scale_in_slot("v", float("inf")),
-    "float cache": (lambda t: ({"k_buffer": t.case.k_buffer.float(), "v_buffer": t.case.v_buffer.float()},
-                               r"k_buffer has dtype Float; this operator needs an int8 KV cache")),
+    "float cache": (
+        lambda t: (
+            {"k_buffer": t.case.k_buffer.float(), "v_buffer": t.case.v_buffer.float()},
+            r"k_buffer has dtype Float; this operator needs an int8 KV cache",
+        )
+    ),
     "int8 k only": (lambda t: ({"v_buffer": t.case.v_buffer.float()}, r"v_buffer has dtype Float; this operator")),
-    "scale buffer float64": (lambda t: ({"k_scale_buf": t.k_scale_buf.double()},
-                                        r"k_scale_buf must have dtype float32, got Double")),
-    "scale buffer too short": (lambda t: ({"v_scale_buf": t.v_scale_buf[:-1]},
-                                          r"v_scale_buf.size\(0\) = \d+ but v_buffer.size\(0\) \(max_total_tokens\)")),
-    "scale buffer wrong heads": (lambda t: ({"k_scale_buf": t.k_scale_buf[:, :1]},
-                                            r"k_scale_buf.size\(1\) = 1 but k_buffer.size\(1\) \(H_kv\) is 2")),
+    "scale buffer float64": (
+        lambda t: ({"k_scale_buf": t.k_scale_buf.double()}, r"k_scale_buf must have dtype float32, got Double")
+    ),
+    "scale buffer too short": (
+        lambda t: (
+            {"v_scale_buf": t.v_scale_buf[:-1]},
+            r"v_scale_buf.size\(0\) = \d+ but v_buffer.size\(0\) \(max_total_tokens\)",
+        )
+    ),
+    "scale buffer wrong heads": (
+        lambda t: (
+            {"k_scale_buf": t.k_scale_buf[:, :1]},
+            r"k_scale_buf.size\(1\) = 1 but k_buffer.size\(1\) \(H_kv\) is 2",
+        )
+    ),
     "scale buffer 1-D": (lambda t: ({"k_scale_buf": t.k_scale_buf[:, 0]}, r"k_scale_buf must be 2-D")),
-    "new key float64": (lambda t: ({"key": t.case.key.double(), "value": t.case.value.double()},
-                                   r"key has dtype Double but query has Float")),
-    "key int8, value float": (lambda t: ({"key": t.case.key.to(torch.int8)},
-                                         r"value has dtype Float but key has Char")),
-    "non-finite new key": (lambda t: ({"key": t.case.key.clone().index_put_((torch.tensor([1]), torch.tensor([0]),
-                                                                             torch.tensor([3])), torch.tensor(NAN))},
-                                      r"key\[1, 0, 3\] = nan is not finite")),
+    "new key float64": (
+        lambda t: (
+            {"key": t.case.key.double(), "value": t.case.value.double()},
+            r"key has dtype Double but query has Float",
+        )
+    ),
+    "key int8, value float": (
+        lambda t: ({"key": t.case.key.to(torch.int8)}, r"value has dtype Float but key has Char")
+    ),
+    "non-finite new key": (
+        lambda t: (
+            {
+                "key": t.case.key.clone().index_put_(
+                    (torch.tensor([1]), torch.tensor([0]), torch.tensor([3])), torch.tensor(NAN)
+                )
+            },
+            r"key\[1, 0, 3\] = nan is not finite",
+        )
+    ),
     "loc past the cache": (lambda t: ({"loc": torch.tensor([1, 10**6])}, r"loc\[1\] = 1000000 is outside")),
-    "map entry past the cache": (lambda t: (t.case.req_to_token.__setitem__((int(t.case.req_pool_indices[1]), 2), 999)
-                                            or {}, r"req_to_token\[\d+, 2\] = 999 is outside the KV cache")),
+    "map entry past the cache": (
+        lambda t: (
+            t.case.req_to_token.__setitem__((int(t.case.req_pool_indices[1]), 2), 999) or {},
+            r"req_to_token\[\d+, 2\] = 999 is outside the KV cache",
+        )
+    ),
     "nan sm_scale": (lambda t: ({"sm_scale": NAN}, r"sm_scale must be finite")),
 }
 
@@ -516,8 +392,11 @@ def test_a_bad_scale_anywhere_in_a_long_sequence_is_found(kernel_variant, which,
         buf[slots[0], head] = NAN
         if second is not None:
             buf[slots[1], 0] = 0.0
-        with pytest.raises(RuntimeError, match=rf"{which}_scale_buf\[{slots[0]}, {head}\] = nan is not a finite "
-                                               rf"scale > 0.*req_to_token\[{row}, {first}\], sequence 1\)"):
+        with pytest.raises(
+            RuntimeError,
+            match=rf"{which}_scale_buf\[{slots[0]}, {head}\] = nan is not a finite "
+            rf"scale > 0.*req_to_token\[{row}, {first}\], sequence 1\)",
+        ):
             t.run()
         buf[slots] = saved
     t.check()  # every scale restored: the same call is accepted and correct
@@ -538,8 +417,11 @@ def test_the_extreme_usable_scales_are_accepted(kernel_variant):
 def test_float_operators_refuse_an_int8_cache(kernel_variant):
     t = _valid_decode()
     c = t.case
-    with pytest.raises(RuntimeError, match=r"rvv_attn.decode_attention_cpu: k_buffer is an int8 KV cache.*"
-                                           r"decode_attention_int8_cpu"):
+    with pytest.raises(
+        RuntimeError,
+        match=r"rvv_attn.decode_attention_cpu: k_buffer is an int8 KV cache.*"
+        r"decode_attention_int8_cpu",
+    ):
         c.run()  # through opcall: a rejected call changes nothing
     e = int8_extend(ExtendCase(prefix=[6, 3], extend=[4, 5]), DYN, DYN)
     with pytest.raises(RuntimeError, match=r"rvv_attn.extend_attention_cpu: k_buffer is an int8 KV cache"):
@@ -566,25 +448,53 @@ def _extend_dup_slot(t: Int8Extend):
 EXTEND_BAD = {
     "zero v_scale": (lambda t: ({"v_scale": 0.0}, r"v_scale = 0 is not a valid scale")),
     "negative k_scale": (lambda t: ({"k_scale": -1.0}, r"k_scale = -1 is not a valid scale")),
-    "NaN scale in a prefix slot": (lambda t: (t.k_scale_buf.__setitem__((_extend_read_slot(t), 0), NAN) or {},
-                                              rf"k_scale_buf\[{_extend_read_slot(t)}, 0\] = nan is not a finite")),
-    "float cache": (lambda t: ({"k_buffer": t.case.inputs["k_buffer"].float()},
-                               r"k_buffer has dtype Float; this operator needs an int8 KV cache")),
-    "scale buffer wrong dtype": (lambda t: ({"v_scale_buf": t.v_scale_buf.half()},
-                                            r"v_scale_buf must have dtype float32, got Half")),
-    "scale buffer wrong heads": (lambda t: ({"v_scale_buf": t.v_scale_buf[:, :1]},
-                                            r"v_scale_buf.size\(1\) = 1 but v_buffer.size\(1\) \(H_kv\) is 2")),
-    "new keys bf16": (lambda t: ({"k_extend": t.case.inputs["k_extend"].bfloat16(),
-                                  "v_extend": t.case.inputs["v_extend"].bfloat16()},
-                                 r"k_extend has dtype BFloat16 but q_extend has Float")),
-    "inf in a new value": (lambda t: ({"v_extend": t.case.inputs["v_extend"].clone().index_fill_(0, torch.tensor(
-        [int(t.case.inputs["extend_start_loc"][1])]), float("inf"))}, r"v_extend\[\d+, 0, 0\] = inf is not finite")),
+    "NaN scale in a prefix slot": (
+        lambda t: (
+            t.k_scale_buf.__setitem__((_extend_read_slot(t), 0), NAN) or {},
+            rf"k_scale_buf\[{_extend_read_slot(t)}, 0\] = nan is not a finite",
+        )
+    ),
+    "float cache": (
+        lambda t: (
+            {"k_buffer": t.case.inputs["k_buffer"].float()},
+            r"k_buffer has dtype Float; this operator needs an int8 KV cache",
+        )
+    ),
+    "scale buffer wrong dtype": (
+        lambda t: ({"v_scale_buf": t.v_scale_buf.half()}, r"v_scale_buf must have dtype float32, got Half")
+    ),
+    "scale buffer wrong heads": (
+        lambda t: (
+            {"v_scale_buf": t.v_scale_buf[:, :1]},
+            r"v_scale_buf.size\(1\) = 1 but v_buffer.size\(1\) \(H_kv\) is 2",
+        )
+    ),
+    "new keys bf16": (
+        lambda t: (
+            {"k_extend": t.case.inputs["k_extend"].bfloat16(), "v_extend": t.case.inputs["v_extend"].bfloat16()},
+            r"k_extend has dtype BFloat16 but q_extend has Float",
+        )
+    ),
+    "inf in a new value": (
+        lambda t: (
+            {
+                "v_extend": t.case.inputs["v_extend"]
+                .clone()
+                .index_fill_(0, torch.tensor([int(t.case.inputs["extend_start_loc"][1])]), float("inf"))
+            },
+            r"v_extend\[\d+, 0, 0\] = inf is not finite",
+        )
+    ),
     "repeated new-token slot": _extend_dup_slot,
-    "new-token slot past the cache": (lambda t: (t.case.inputs["req_to_token"].__setitem__(
-        (int(t.case.inputs["req_pool_indices"][0]), 6 + 1), 10**5) or {},
-        r"req_to_token\[\d+, 7\] = 100000 is outside the KV cache")),
-    "extend longer than the sequence": (lambda t: ({"extend_seq_lens": torch.tensor([4, 9])},
-                                        r"extend_seq_lens\[1\] = 9 exceeds seq_lens\[1\] = 8")),
+    "new-token slot past the cache": (
+        lambda t: (
+            t.case.inputs["req_to_token"].__setitem__((int(t.case.inputs["req_pool_indices"][0]), 6 + 1), 10**5) or {},
+            r"req_to_token\[\d+, 7\] = 100000 is outside the KV cache",
+        )
+    ),
+    "extend longer than the sequence": (
+        lambda t: ({"extend_seq_lens": torch.tensor([4, 9])}, r"extend_seq_lens\[1\] = 9 exceeds seq_lens\[1\] = 8")
+    ),
 }
 
 

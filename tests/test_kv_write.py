@@ -5,41 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-import opcall
-import rvv_attn
+from cases.kv_write import make_case, write
 from reference import write_kv as reference_write_kv
 
-OP = rvv_attn.ops.decode_set_kv_buffer
 DTYPES = [torch.float32, torch.bfloat16, torch.float16]
-
-
-def make_case(batch, heads_kv, head_dim, head_dim_v, dtype, slots=64, strided=False, seed=0):
-    g = torch.Generator().manual_seed(seed)
-
-    def randn(*shape):
-        return torch.randn(*shape, generator=g).to(dtype)
-
-    k_buffer, v_buffer = randn(slots, heads_kv, head_dim), randn(slots, heads_kv, head_dim_v)
-    key, value = randn(batch, heads_kv, head_dim), randn(batch, heads_kv, head_dim_v)
-    if strided:
-        # Views whose outer strides are not those of a dense tensor, inside
-        # NaN-filled base tensors that opcall checks: a cache carved out of a
-        # wider pool and new K/V sliced from a fused tensor.
-        k_buffer = opcall.embed(k_buffer, lead=(0, 1, 2), trail=(0, 0, 1))
-        v_buffer = opcall.embed(v_buffer, lead=(0, 0, 0), trail=(0, 0, 5))
-        key = opcall.embed(key, lead=(0, 0, 0), trail=(0, 0, head_dim_v))
-        value = opcall.embed(value, lead=(0, 0, 0), step=(2, 1, 1))
-    else:
-        # Contiguous caches with a sentinel slot before and after.
-        k_buffer, v_buffer = opcall.embed(k_buffer, lead=(1, 0, 0)), opcall.embed(v_buffer, lead=(1, 0, 0))
-    loc = torch.randperm(slots, generator=g)[:batch].to(torch.int64)
-    return k_buffer, v_buffer, key, value, loc
-
-
-def write(args: dict) -> dict:
-    """decode_set_kv_buffer through opcall: only the loc rows of the caches may change."""
-    return opcall.call(OP, args, {"k_buffer": opcall.rows(args["k_buffer"], args["loc"]),
-                                  "v_buffer": opcall.rows(args["v_buffer"], args["loc"])})
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
@@ -48,8 +17,9 @@ def write(args: dict) -> dict:
     [(1, 1, 1, 1), (3, 2, 33, 55), (4, 8, 128, 64), (2, 3, 256, 256), (5, 1, 1000, 7)],
 )
 @pytest.mark.parametrize("strided", [False, True], ids=["dense", "strided"])
-def test_rows_land_at_their_slots_and_nothing_else_changes(kernel_variant, dtype, batch, heads_kv, head_dim,
-                                                           head_dim_v, strided):
+def test_rows_land_at_their_slots_and_nothing_else_changes(
+    kernel_variant, dtype, batch, heads_kv, head_dim, head_dim_v, strided
+):
     k_buffer, v_buffer, key, value, loc = make_case(batch, heads_kv, head_dim, head_dim_v, dtype, strided=strided)
     k_expected, v_expected = k_buffer.clone(), v_buffer.clone()
     reference_write_kv(k_expected, v_expected, key, value, loc)
@@ -78,21 +48,29 @@ BAD_INPUTS = {
     "negative slot": (lambda c: _bad(c, loc=torch.tensor([-1, 3], dtype=torch.int64)), r"loc\[0\] = -1 is outside"),
     "repeated slot": (lambda c: _bad(c, loc=torch.tensor([5, 5], dtype=torch.int64)), r"slot 5 more than once"),
     "float loc": (lambda c: _bad(c, loc=c[4].float()), r"loc must have dtype Int or Long, got Float"),
-    "huge int64 slot": (lambda c: _bad(c, loc=torch.tensor([1, 2**32 + 3], dtype=torch.int64)),
-                        r"loc\[1\] = 4294967299 is outside"),
+    "huge int64 slot": (
+        lambda c: _bad(c, loc=torch.tensor([1, 2**32 + 3], dtype=torch.int64)),
+        r"loc\[1\] = 4294967299 is outside",
+    ),
     "key inside k_buffer": (lambda c: _bad(c, key=c[0][:2]), r"k_buffer shares memory with key"),
-    "one tensor for both caches": (lambda c: _bad(c, v_buffer=c[0], value=c[2]),
-                                   r"k_buffer shares memory with v_buffer"),
+    "one tensor for both caches": (
+        lambda c: _bad(c, v_buffer=c[0], value=c[2]),
+        r"k_buffer shares memory with v_buffer",
+    ),
     "expanded cache": (lambda c: _bad(c, k_buffer=c[0][:1].expand_as(c[0])), r"k_buffer has overlapping elements"),
-    "float64 cache": (lambda c: _bad(c, k_buffer=c[0].double(), v_buffer=c[1].double(), key=c[2].double(),
-                                     value=c[3].double()), r"k_buffer has dtype Double"),
+    "float64 cache": (
+        lambda c: _bad(c, k_buffer=c[0].double(), v_buffer=c[1].double(), key=c[2].double(), value=c[3].double()),
+        r"k_buffer has dtype Double",
+    ),
     "key dtype differs": (lambda c: _bad(c, key=c[2].half()), r"key has dtype Half but k_buffer has Float"),
     "head count differs": (lambda c: _bad(c, key=c[2][:, :1]), r"key.size\(1\) = 1 but k_buffer.size\(1\)"),
     "head dim differs": (lambda c: _bad(c, value=c[3][:, :, :3]), r"value.size\(2\) = 3 but v_buffer.size\(2\)"),
     "batch differs": (lambda c: _bad(c, value=c[3][:1]), r"value.size\(0\) = 1 but key.size\(0\)"),
     "wrong rank": (lambda c: _bad(c, key=c[2][0]), r"key must be 3-D"),
-    "strided last dim": (lambda c: _bad(c, key=torch.cat([c[2], c[2]], dim=2)[:, :, ::2]),
-                         r"key must be contiguous in its last dimension"),
+    "strided last dim": (
+        lambda c: _bad(c, key=torch.cat([c[2], c[2]], dim=2)[:, :, ::2]),
+        r"key must be contiguous in its last dimension",
+    ),
 }
 
 

@@ -14,7 +14,6 @@ import pytest
 import torch
 
 import opcall
-import rvv_attn
 from reference import decode_attention_options as reference_decode
 from reference import extend_attention_options as reference_extend
 from tolerances import assert_close_to_reference
@@ -45,17 +44,29 @@ def test_mla_decode_writes_the_key_row_and_reads_v_from_it(kernel_variant, value
     key = (torch.randn(2, 1, RANK + ROPE, generator=g) * 0.3).bfloat16()
     value = key[..., :RANK] if value_given_as == "view of key" else torch.randn(2, 1, RANK).bfloat16()
     sinks = torch.randn(heads, generator=g)
-    args = dict(query=(torch.randn(2, heads, RANK + ROPE, generator=g) * 0.3).bfloat16(), k_buffer=k_buffer,
-                v_buffer=v_buffer, output=torch.empty(2, heads, RANK, dtype=torch.bfloat16), key=key, value=value,
-                loc=loc, attn_logits=torch.empty(2, heads, 4, RANK + 1), req_to_token=req_to_token,
-                req_pool_indices=pools, seq_lens=torch.tensor(lens), sm_scale=1 / math.sqrt(RANK + ROPE),
-                logit_cap=0.0, sinks=sinks)
+    args = dict(
+        query=(torch.randn(2, heads, RANK + ROPE, generator=g) * 0.3).bfloat16(),
+        k_buffer=k_buffer,
+        v_buffer=v_buffer,
+        output=torch.empty(2, heads, RANK, dtype=torch.bfloat16),
+        key=key,
+        value=value,
+        loc=loc,
+        attn_logits=torch.empty(2, heads, 4, RANK + 1),
+        req_to_token=req_to_token,
+        req_pool_indices=pools,
+        seq_lens=torch.tensor(lens),
+        sm_scale=1 / math.sqrt(RANK + ROPE),
+        logit_cap=0.0,
+        sinks=sinks,
+    )
     value_before = value.clone()
     opcall.call_documented("decode_attention_cpu", args)
     assert torch.equal(k_buffer[loc], key)  # the whole 576-wide row, so V (its first 512 columns) too
     assert torch.equal(value, value_before)
-    expected = reference_decode(args["query"], k_buffer, v_buffer, req_to_token, pools, args["seq_lens"],
-                                args["sm_scale"], 0.0, sinks=sinks)
+    expected = reference_decode(
+        args["query"], k_buffer, v_buffer, req_to_token, pools, args["seq_lens"], args["sm_scale"], 0.0, sinks=sinks
+    )
     assert_close_to_reference(args["output"], expected)
 
 
@@ -68,15 +79,37 @@ def test_mla_extend_with_a_prefix_over_the_views(kernel_variant):
     req_to_token, pools = _map(lens, slots, g)
     k_extend = (torch.randn(sum(ext), 1, RANK + ROPE, generator=g) * 0.3).bfloat16()
     ext_t = torch.tensor(ext)
-    args = dict(q_extend=(torch.randn(sum(ext), heads, RANK + ROPE, generator=g) * 0.3).bfloat16(),
-                k_extend=k_extend, v_extend=k_extend[..., :RANK],
-                o_extend=torch.empty(sum(ext), heads, RANK, dtype=torch.bfloat16), k_buffer=k_buffer,
-                v_buffer=v_buffer, req_to_token=req_to_token, req_pool_indices=pools, seq_lens=torch.tensor(lens),
-                extend_seq_lens=ext_t, extend_start_loc=ext_t.cumsum(0) - ext_t, max_len_extend=max(ext),
-                sm_scale=1 / math.sqrt(RANK + ROPE), logit_cap=0.0)
+    args = dict(
+        q_extend=(torch.randn(sum(ext), heads, RANK + ROPE, generator=g) * 0.3).bfloat16(),
+        k_extend=k_extend,
+        v_extend=k_extend[..., :RANK],
+        o_extend=torch.empty(sum(ext), heads, RANK, dtype=torch.bfloat16),
+        k_buffer=k_buffer,
+        v_buffer=v_buffer,
+        req_to_token=req_to_token,
+        req_pool_indices=pools,
+        seq_lens=torch.tensor(lens),
+        extend_seq_lens=ext_t,
+        extend_start_loc=ext_t.cumsum(0) - ext_t,
+        max_len_extend=max(ext),
+        sm_scale=1 / math.sqrt(RANK + ROPE),
+        logit_cap=0.0,
+    )
     opcall.call_documented("extend_attention_cpu", args)
-    expected = reference_extend(args["q_extend"], k_extend, args["v_extend"], k_buffer, v_buffer, req_to_token, pools,
-                                args["seq_lens"], ext_t, args["extend_start_loc"], args["sm_scale"], 0.0)
+    expected = reference_extend(
+        args["q_extend"],
+        k_extend,
+        args["v_extend"],
+        k_buffer,
+        v_buffer,
+        req_to_token,
+        pools,
+        args["seq_lens"],
+        ext_t,
+        args["extend_start_loc"],
+        args["sm_scale"],
+        0.0,
+    )
     assert_close_to_reference(args["o_extend"], expected)
 
 
@@ -90,14 +123,27 @@ def test_mla_prefill_without_a_prefix_reads_only_the_new_tokens(kernel_variant):
     q = torch.randn(sum(ext), heads, 192, generator=g).bfloat16()
     k = torch.randn(sum(ext), heads, 192, generator=g).bfloat16()
     v = torch.randn(sum(ext), heads, 128, generator=g).bfloat16()
-    args = dict(q_extend=q, k_extend=k, v_extend=v, o_extend=torch.empty(sum(ext), heads, 128, dtype=torch.bfloat16),
-                k_buffer=k_buffer, v_buffer=v_buffer, req_to_token=req_to_token, req_pool_indices=pools,
-                seq_lens=ext_t.clone(), extend_seq_lens=ext_t, extend_start_loc=ext_t.cumsum(0) - ext_t,
-                max_len_extend=max(ext), sm_scale=1 / math.sqrt(192), logit_cap=0.0)
+    args = dict(
+        q_extend=q,
+        k_extend=k,
+        v_extend=v,
+        o_extend=torch.empty(sum(ext), heads, 128, dtype=torch.bfloat16),
+        k_buffer=k_buffer,
+        v_buffer=v_buffer,
+        req_to_token=req_to_token,
+        req_pool_indices=pools,
+        seq_lens=ext_t.clone(),
+        extend_seq_lens=ext_t,
+        extend_start_loc=ext_t.cumsum(0) - ext_t,
+        max_len_extend=max(ext),
+        sm_scale=1 / math.sqrt(192),
+        logit_cap=0.0,
+    )
     opcall.call_documented("extend_attention_cpu", args)
     # No prefix: the reference reads no cache slot (k/v stand in for the caches' shapes).
-    expected = reference_extend(q, k, v, k, v, req_to_token, pools, args["seq_lens"], ext_t,
-                                args["extend_start_loc"], args["sm_scale"], 0.0)
+    expected = reference_extend(
+        q, k, v, k, v, req_to_token, pools, args["seq_lens"], ext_t, args["extend_start_loc"], args["sm_scale"], 0.0
+    )
     assert_close_to_reference(args["o_extend"], expected)
 
     args["seq_lens"] = ext_t + torch.tensor([0, 2])
@@ -113,10 +159,20 @@ def test_a_fake_mla_view_is_refused():
     req_to_token, pools = _map([3], 8, g)
     key = torch.randn(1, 1, RANK + ROPE).bfloat16()
     for fake in (k_buffer[..., ROPE:], k_buffer[:7, :, :RANK]):
-        args = dict(query=torch.randn(1, 2, RANK + ROPE).bfloat16(), k_buffer=k_buffer, v_buffer=fake,
-                    output=torch.empty(1, 2, RANK, dtype=torch.bfloat16), key=key, value=key[..., :RANK],
-                    loc=torch.tensor([int(req_to_token[0, 2])]), attn_logits=torch.empty(1, 2, 2, RANK + 1),
-                    req_to_token=req_to_token, req_pool_indices=pools, seq_lens=torch.tensor([3]), sm_scale=0.05,
-                    logit_cap=0.0)
+        args = dict(
+            query=torch.randn(1, 2, RANK + ROPE).bfloat16(),
+            k_buffer=k_buffer,
+            v_buffer=fake,
+            output=torch.empty(1, 2, RANK, dtype=torch.bfloat16),
+            key=key,
+            value=key[..., :RANK],
+            loc=torch.tensor([int(req_to_token[0, 2])]),
+            attn_logits=torch.empty(1, 2, 2, RANK + 1),
+            req_to_token=req_to_token,
+            req_pool_indices=pools,
+            seq_lens=torch.tensor([3]),
+            sm_scale=0.05,
+            logit_cap=0.0,
+        )
         with pytest.raises(RuntimeError, match=r"k_buffer shares memory with v_buffer|v_buffer"):
             opcall.call_documented("decode_attention_cpu", args)

@@ -10,8 +10,9 @@ from importlib import metadata
 from pathlib import Path
 
 import pytest
-import rvv_attn
 import torch
+
+import rvv_attn
 from rvv_attn._torch_guard import check_torch_version, major_minor
 
 EXPECTED_VARIANT = os.environ.get("RVV_ATTN_EXPECT_VARIANT", "")
@@ -94,16 +95,18 @@ def test_torch_guard_rejects_a_string_that_is_not_a_version():
 def test_import_under_another_torch_minor_fails_before_loading_the_library():
     """End to end, in a fresh interpreter whose torch reports another minor version."""
     other = f"{major_minor(torch.__version__)[0]}.{major_minor(torch.__version__)[1] + 1}.0"
-    code = "\n".join([
-        "import torch",
-        f"torch.__version__ = {other!r}",
-        "try:",
-        "    import rvv_attn",
-        "except ImportError as err:",
-        "    print('ImportError:', err)",
-        "    print('loaded:', any('librvv_attn_ops' in p for p in torch.ops.loaded_libraries))",
-        "    raise SystemExit(3)",
-    ])
+    code = "\n".join(
+        [
+            "import torch",
+            f"torch.__version__ = {other!r}",
+            "try:",
+            "    import rvv_attn",
+            "except ImportError as err:",
+            "    print('ImportError:', err)",
+            "    print('loaded:', any('librvv_attn_ops' in p for p in torch.ops.loaded_libraries))",
+            "    raise SystemExit(3)",
+        ]
+    )
     child = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert child.returncode == 3, child.stdout + child.stderr
     built = rvv_attn.runtime_info()["built_against_torch"]
@@ -124,8 +127,12 @@ def test_riscv_hwprobe_reports_zvfh_when_the_cpu_has_it():
         pytest.skip("checked once per emulated run, at VLEN 128")
     cpu = os.environ["RVV_ATTN_QEMU_CPU"] + ",zvfh=true"
     code = "import rvv_attn; print(rvv_attn.ops.cpu_features()); print(rvv_attn.ops.cpu_features('hwcap'))"
-    child = subprocess.run([os.environ["RVV_ATTN_QEMU"], "-L", os.environ["RVV_ATTN_SYSROOT"], "-cpu", cpu,
-                            sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
+    child = subprocess.run(
+        [os.environ["RVV_ATTN_QEMU"], "-L", os.environ["RVV_ATTN_SYSROOT"], "-cpu", cpu, sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert child.returncode == 0, child.stderr[-2000:]
     probed, hwcap = child.stdout.splitlines()[-2:]
     assert probed == f"(['v', 'zvfh'], {this}, 'riscv_hwprobe')"

@@ -70,7 +70,9 @@ def test_int8_pool_scales_start_as_nan_and_return_to_nan_when_freed():
     pool.k_scale_buffers[0][slots] = 0.5
     pool.v_scale_buffers[1][slots] = 0.25
     pool.free(slots[:2])
-    assert torch.isnan(pool.k_scale_buffers[0][slots[:2]]).all() and torch.isnan(pool.v_scale_buffers[1][slots[:2]]).all()
+    assert (
+        torch.isnan(pool.k_scale_buffers[0][slots[:2]]).all() and torch.isnan(pool.v_scale_buffers[1][slots[:2]]).all()
+    )
     assert pool.k_scale_buffers[0][slots[2]].eq(0.5).all(), "a slot still in use keeps its scales"
 
 

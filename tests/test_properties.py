@@ -13,11 +13,23 @@ import torch
 from hypothesis import example, given
 from hypothesis import strategies as st
 
+from cases.kv_write import write
 from reference import write_kv as reference_write_kv
-from test_kv_write import write
-from strategies import (built, decode_cases, decode_edge, decode_mutation, extend_cases, extend_edge, extend_mutation,
-                        int8_decode_cases, int8_decode_edge, int8_extend_cases, int8_extend_edge, kv_write_calls,
-                        kv_write_mutations)
+from strategies import (
+    built,
+    decode_cases,
+    decode_edge,
+    decode_mutation,
+    extend_cases,
+    extend_edge,
+    extend_mutation,
+    int8_decode_cases,
+    int8_decode_edge,
+    int8_extend_cases,
+    int8_extend_edge,
+    kv_write_calls,
+    kv_write_mutations,
+)
 
 NAN = float("nan")
 
@@ -45,7 +57,7 @@ def test_kv_write_rejects_invalid_calls_and_writes_nothing(kernel_variant, call,
 @example(case=decode_edge(128, 1))
 @example(case=decode_edge(256, 2, logit_cap=30.0))
 def test_decode_matches_reference(kernel_variant, case):
-    from test_decode_attention import assert_matches_reference
+    from cases.decode import assert_matches_reference
 
     case = built(case)
     case.run()

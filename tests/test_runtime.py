@@ -52,8 +52,10 @@ def test_variant_for_another_vlen_is_refused_with_both_vlens_named():
     cpu = info["cpu_vlen"]
     others = [v for v in info["compiled_variants"] if v not in ("portable", f"vlen{cpu}")]
     if not others and os.environ.get("RVV_ATTN_EXPECT_COMPILED") == f"portable,vlen{cpu}":
-        pytest.skip(f"this session built only portable + vlen{cpu}; the full build (nox -t test, test-toolchain, "
-                    "or a current full build reused by this session) holds the other VLENs and checks this")
+        pytest.skip(
+            f"this session built only portable + vlen{cpu}; the full build (nox -t test, test-toolchain, "
+            "or a current full build reused by this session) holds the other VLENs and checks this"
+        )
     assert others, "the emulated build should hold every VLEN variant from toolchains/vlens.json"
     for name in others:
         vlen = int(name.removeprefix("vlen"))
@@ -79,8 +81,16 @@ def test_forcing_this_vlens_build_on_another_vlen_fails_cleanly_in_a_fresh_proce
     this = int(os.environ["RVV_ATTN_EXPECT_VLEN"])
     other = 256 if this == 128 else 128
     cpu = os.environ["RVV_ATTN_QEMU_CPU"].replace(f"vlen={this},", f"vlen={other},")
-    cmd = [os.environ["RVV_ATTN_QEMU"], "-L", os.environ["RVV_ATTN_SYSROOT"], "-cpu", cpu,
-           sys.executable, "-c", "import rvv_attn"]
+    cmd = [
+        os.environ["RVV_ATTN_QEMU"],
+        "-L",
+        os.environ["RVV_ATTN_SYSROOT"],
+        "-cpu",
+        cpu,
+        sys.executable,
+        "-c",
+        "import rvv_attn",
+    ]
     env = {**os.environ, "RVV_ATTN_VARIANT": f"vlen{this}"}
     child = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
     assert child.returncode == 1, f"expected a Python error, got exit {child.returncode}: {child.stderr[-2000:]}"

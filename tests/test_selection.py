@@ -20,7 +20,7 @@ import pytest
 # (another ~25 s torch import under QEMU): the host covers it.
 pytestmark = pytest.mark.host_only
 
-SUITE = '''
+SUITE = """
 import pytest
 import torch
 
@@ -51,15 +51,21 @@ def test_marked_and_uses_the_variant_fixture(kernel_variant):
 
 def test_unmarked_kernel_test(kernel_variant):
     write(2)
-'''
+"""
 
 
 def run_suite(tmp_path: Path, source: str, **env: str) -> subprocess.CompletedProcess:
     shutil.copy(Path(__file__).with_name("conftest.py"), tmp_path / "conftest.py")
     (tmp_path / "test_suite.py").write_text(source)
     child_env = {k: v for k, v in os.environ.items() if k != "RVV_ATTN_VARIANT_INDEPENDENT"} | env
-    return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rfE", str(tmp_path)],
-                          cwd=tmp_path, env=child_env, capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rfE", str(tmp_path)],
+        cwd=tmp_path,
+        env=child_env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def test_a_marked_test_that_reaches_a_kernel_fails(tmp_path):

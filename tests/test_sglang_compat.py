@@ -19,7 +19,6 @@ import pytest
 import torch
 
 import opcall
-import rvv_attn
 from reference import decode_attention as reference_decode
 from reference import dequantize_int8, quantize_int8
 from reference import extend_attention as reference_extend
@@ -62,9 +61,12 @@ class Batch:
         self.seq_lens = torch.tensor(total, dtype=torch.int64)
         self.extend_seq_lens = torch.tensor(self.extend, dtype=torch.int32)
         self.extend_start_loc = torch.cumsum(self.extend_seq_lens, 0, dtype=torch.int32) - self.extend_seq_lens
-        self.out_cache_loc = torch.cat([
-            self.req_to_token[int(self.req_pool_indices[b]), p:p + e].to(torch.int64)
-            for b, (p, e) in enumerate(zip(self.prefix, self.extend))])
+        self.out_cache_loc = torch.cat(
+            [
+                self.req_to_token[int(self.req_pool_indices[b]), p : p + e].to(torch.int64)
+                for b, (p, e) in enumerate(zip(self.prefix, self.extend))
+            ]
+        )
         tokens = sum(self.extend)
         self.q = self.randn(tokens, self.heads, self.head_dim)
         self.k = self.randn(tokens, self.heads_kv, self.head_dim)
@@ -76,12 +78,17 @@ class Batch:
 
     def float_cache(self) -> tuple[torch.Tensor, torch.Tensor]:
         """A float cache holding random prefix tokens (the new tokens' slots are written by the call)."""
-        return (self.randn(self.num_slots, self.heads_kv, self.head_dim),
-                self.randn(self.num_slots, self.heads_kv, self.head_dim))
+        return (
+            self.randn(self.num_slots, self.heads_kv, self.head_dim),
+            self.randn(self.num_slots, self.heads_kv, self.head_dim),
+        )
 
     def as_int64(self) -> dict[str, torch.Tensor]:
-        return dict(req_to_token=self.req_to_token.long(), extend_seq_lens=self.extend_seq_lens.long(),
-                    extend_start_loc=self.extend_start_loc.long())
+        return dict(
+            req_to_token=self.req_to_token.long(),
+            extend_seq_lens=self.extend_seq_lens.long(),
+            extend_start_loc=self.extend_start_loc.long(),
+        )
 
     def decode_step(self) -> dict[str, torch.Tensor]:
         """One new token per request in fresh slots, as SGLang's decode batch has it (seq_lens includes it)."""
@@ -89,9 +96,14 @@ class Batch:
         loc = torch.tensor([self.free.pop() for _ in range(batch)], dtype=torch.int64)
         for b in range(batch):
             self.req_to_token[int(self.req_pool_indices[b]), int(self.seq_lens[b])] = int(loc[b])
-        return dict(query=self.randn(batch, self.heads, self.head_dim), key=self.randn(batch, self.heads_kv, self.head_dim),
-                    value=self.randn(batch, self.heads_kv, self.head_dim), loc=loc, seq_lens=self.seq_lens + 1,
-                    attn_logits=torch.zeros(batch, self.heads, SGLANG_NUM_KV_SPLITS, self.head_dim + 1))
+        return dict(
+            query=self.randn(batch, self.heads, self.head_dim),
+            key=self.randn(batch, self.heads_kv, self.head_dim),
+            value=self.randn(batch, self.heads_kv, self.head_dim),
+            loc=loc,
+            seq_lens=self.seq_lens + 1,
+            attn_logits=torch.zeros(batch, self.heads, SGLANG_NUM_KV_SPLITS, self.head_dim + 1),
+        )
 
 
 def _extend_float(t: Batch, k_buffer, v_buffer, logit_cap=0.0, **index_overrides) -> torch.Tensor:
@@ -100,26 +112,64 @@ def _extend_float(t: Batch, k_buffer, v_buffer, logit_cap=0.0, **index_overrides
     idx.update(index_overrides)
     OPS.decode_set_kv_buffer(k_buffer, v_buffer, t.k, t.v, t.out_cache_loc)
     out = torch.empty(t.q.shape[0], t.heads, t.head_dim, dtype=t.dtype)
-    OPS.extend_attention_cpu(t.q, t.k, t.v, out, k_buffer, v_buffer, idx["req_to_token"], t.req_pool_indices,
-                             t.seq_lens, idx["extend_seq_lens"], idx["extend_start_loc"], max(t.extend), t.sm_scale,
-                             logit_cap)
+    OPS.extend_attention_cpu(
+        t.q,
+        t.k,
+        t.v,
+        out,
+        k_buffer,
+        v_buffer,
+        idx["req_to_token"],
+        t.req_pool_indices,
+        t.seq_lens,
+        idx["extend_seq_lens"],
+        idx["extend_start_loc"],
+        max(t.extend),
+        t.sm_scale,
+        logit_cap,
+    )
     return out
 
 
 def _decode_float(t: Batch, step: dict, k_buffer, v_buffer, logit_cap=0.0, req_to_token=None) -> torch.Tensor:
     out = torch.empty(step["query"].shape[0], t.heads, t.head_dim, dtype=t.dtype)
-    OPS.decode_attention_cpu(step["query"], k_buffer, v_buffer, out, step["key"], step["value"], step["loc"],
-                             step["attn_logits"], t.req_to_token if req_to_token is None else req_to_token,
-                             t.req_pool_indices, step["seq_lens"], t.sm_scale, logit_cap)
+    OPS.decode_attention_cpu(
+        step["query"],
+        k_buffer,
+        v_buffer,
+        out,
+        step["key"],
+        step["value"],
+        step["loc"],
+        step["attn_logits"],
+        t.req_to_token if req_to_token is None else req_to_token,
+        t.req_pool_indices,
+        step["seq_lens"],
+        t.sm_scale,
+        logit_cap,
+    )
     return out
 
 
 def _expected_extend(t: Batch, k_buffer, v_buffer, logit_cap=0.0) -> torch.Tensor:
-    return reference_extend(t.q, t.k, t.v, k_buffer, v_buffer, t.req_to_token, t.req_pool_indices, t.seq_lens,
-                            t.extend_seq_lens, t.extend_start_loc, t.sm_scale, logit_cap)
+    return reference_extend(
+        t.q,
+        t.k,
+        t.v,
+        k_buffer,
+        v_buffer,
+        t.req_to_token,
+        t.req_pool_indices,
+        t.seq_lens,
+        t.extend_seq_lens,
+        t.extend_start_loc,
+        t.sm_scale,
+        logit_cap,
+    )
 
 
 # ---- index dtypes -----------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=str)
 def test_float_operators_take_sglangs_tensors(kernel_variant, dtype):
@@ -134,8 +184,12 @@ def test_float_operators_take_sglangs_tensors(kernel_variant, dtype):
     out = _decode_float(t, step, k_buffer, v_buffer)
     k_before[step["loc"]], v_before[step["loc"]] = step["key"], step["value"]
     assert torch.equal(k_buffer, k_before) and torch.equal(v_buffer, v_before)
-    assert_close_to_reference(out, reference_decode(step["query"], k_buffer, v_buffer, t.req_to_token,
-                                                    t.req_pool_indices, step["seq_lens"], t.sm_scale, 0.0))
+    assert_close_to_reference(
+        out,
+        reference_decode(
+            step["query"], k_buffer, v_buffer, t.req_to_token, t.req_pool_indices, step["seq_lens"], t.sm_scale, 0.0
+        ),
+    )
 
 
 def test_int32_and_int64_indices_give_identical_results(kernel_variant):
@@ -162,28 +216,79 @@ def test_int8_operators_take_sglangs_tensors(kernel_variant, k_scale, v_scale):
     if not math.isnan(k_scale):
         k_buffer, v_buffer = quantize_int8(kf, k_scale)[0], quantize_int8(vf, v_scale)[0]
     out = torch.empty(t.q.shape[0], t.heads, t.head_dim, dtype=t.dtype)
-    OPS.extend_attention_int8_cpu(t.q, t.k, t.v, out, k_buffer, v_buffer, t.req_to_token, t.req_pool_indices,
-                                  t.seq_lens, t.extend_seq_lens, t.extend_start_loc, max(t.extend), t.sm_scale, 0.0,
-                                  k_sb, v_sb, k_scale, v_scale)
+    OPS.extend_attention_int8_cpu(
+        t.q,
+        t.k,
+        t.v,
+        out,
+        k_buffer,
+        v_buffer,
+        t.req_to_token,
+        t.req_pool_indices,
+        t.seq_lens,
+        t.extend_seq_lens,
+        t.extend_start_loc,
+        max(t.extend),
+        t.sm_scale,
+        0.0,
+        k_sb,
+        v_sb,
+        k_scale,
+        v_scale,
+    )
     # The prefix as the cache holds it, the new tokens as given.
     kd, vd = dequantize_int8(k_buffer, k_sb, k_scale), dequantize_int8(v_buffer, v_sb, v_scale)
-    assert_close_to_reference(out, reference_extend(t.q, t.k, t.v, kd, vd, t.req_to_token, t.req_pool_indices,
-                                                    t.seq_lens, t.extend_seq_lens, t.extend_start_loc, t.sm_scale,
-                                                    0.0))
+    assert_close_to_reference(
+        out,
+        reference_extend(
+            t.q,
+            t.k,
+            t.v,
+            kd,
+            vd,
+            t.req_to_token,
+            t.req_pool_indices,
+            t.seq_lens,
+            t.extend_seq_lens,
+            t.extend_start_loc,
+            t.sm_scale,
+            0.0,
+        ),
+    )
     step = t.decode_step()
     dec = torch.empty(len(t.prefix), t.heads, t.head_dim, dtype=t.dtype)
-    OPS.decode_attention_int8_cpu(step["query"], k_buffer, v_buffer, dec, step["key"], step["value"], step["loc"],
-                                  step["attn_logits"], t.req_to_token, t.req_pool_indices, step["seq_lens"],
-                                  t.sm_scale, 0.0, k_sb, v_sb, k_scale, v_scale)
+    OPS.decode_attention_int8_cpu(
+        step["query"],
+        k_buffer,
+        v_buffer,
+        dec,
+        step["key"],
+        step["value"],
+        step["loc"],
+        step["attn_logits"],
+        t.req_to_token,
+        t.req_pool_indices,
+        step["seq_lens"],
+        t.sm_scale,
+        0.0,
+        k_sb,
+        v_sb,
+        k_scale,
+        v_scale,
+    )
     kd, vd = dequantize_int8(k_buffer, k_sb, k_scale), dequantize_int8(v_buffer, v_sb, v_scale)
-    assert_close_to_reference(dec, reference_decode(step["query"], kd, vd, t.req_to_token, t.req_pool_indices,
-                                                    step["seq_lens"], t.sm_scale, 0.0))
+    assert_close_to_reference(
+        dec,
+        reference_decode(step["query"], kd, vd, t.req_to_token, t.req_pool_indices, step["seq_lens"], t.sm_scale, 0.0),
+    )
 
 
 # ---- int8 extend: the new tokens as given -----------------------------------------------------
 
-@pytest.mark.parametrize("k_scale,v_scale", [(0.01, 0.01), (DYN, DYN), (0.01, DYN)],
-                         ids=["static-0.01", "dynamic", "static-K-dynamic-V"])
+
+@pytest.mark.parametrize(
+    "k_scale,v_scale", [(0.01, 0.01), (DYN, DYN), (0.01, DYN)], ids=["static-0.01", "dynamic", "static-K-dynamic-V"]
+)
 def test_int8_extend_attends_its_new_tokens_as_given(kernel_variant, k_scale, v_scale):
     """With no prefix every key is a new token, so int8 extend must equal float extend.
 
@@ -198,9 +303,26 @@ def test_int8_extend_attends_its_new_tokens_as_given(kernel_variant, k_scale, v_
     v_buffer = torch.zeros_like(k_buffer)
     k_sb, v_sb = torch.full((t.num_slots, t.heads_kv), DYN), torch.full((t.num_slots, t.heads_kv), DYN)
     out = torch.empty_like(float_out)
-    OPS.extend_attention_int8_cpu(t.q, t.k, t.v, out, k_buffer, v_buffer, t.req_to_token, t.req_pool_indices,
-                                  t.seq_lens, t.extend_seq_lens, t.extend_start_loc, max(t.extend), t.sm_scale, 0.0,
-                                  k_sb, v_sb, k_scale, v_scale)
+    OPS.extend_attention_int8_cpu(
+        t.q,
+        t.k,
+        t.v,
+        out,
+        k_buffer,
+        v_buffer,
+        t.req_to_token,
+        t.req_pool_indices,
+        t.seq_lens,
+        t.extend_seq_lens,
+        t.extend_start_loc,
+        max(t.extend),
+        t.sm_scale,
+        0.0,
+        k_sb,
+        v_sb,
+        k_scale,
+        v_scale,
+    )
     # Two float32 computations of one value (different summation order), each within the tolerance of float64.
     tol = TOLERANCES[torch.float32]
     torch.testing.assert_close(out, float_out, atol=2 * tol["atol"], rtol=2 * tol["rtol"])
@@ -215,23 +337,42 @@ def test_int8_extend_attends_its_new_tokens_as_given(kernel_variant, k_scale, v_
     # The next decode step reads them quantized.
     step = t.decode_step()
     dec = torch.empty(2, t.heads, t.head_dim)
-    OPS.decode_attention_int8_cpu(step["query"], k_buffer, v_buffer, dec, step["key"], step["value"], step["loc"],
-                                  step["attn_logits"], t.req_to_token, t.req_pool_indices, step["seq_lens"],
-                                  t.sm_scale, 0.0, k_sb, v_sb, k_scale, v_scale)
+    OPS.decode_attention_int8_cpu(
+        step["query"],
+        k_buffer,
+        v_buffer,
+        dec,
+        step["key"],
+        step["value"],
+        step["loc"],
+        step["attn_logits"],
+        t.req_to_token,
+        t.req_pool_indices,
+        step["seq_lens"],
+        t.sm_scale,
+        0.0,
+        k_sb,
+        v_sb,
+        k_scale,
+        v_scale,
+    )
     kd, vd = dequantize_int8(k_buffer, k_sb, k_scale), dequantize_int8(v_buffer, v_sb, v_scale)
-    expected = reference_decode(step["query"], kd, vd, t.req_to_token, t.req_pool_indices, step["seq_lens"],
-                                t.sm_scale, 0.0)
+    expected = reference_decode(
+        step["query"], kd, vd, t.req_to_token, t.req_pool_indices, step["seq_lens"], t.sm_scale, 0.0
+    )
     assert_close_to_reference(dec, expected)
     if k_scale == 0.01:
         # Proof that the cache really is the quantized one: the float values give another answer.
         kf[t.out_cache_loc], vf[t.out_cache_loc] = t.k, t.v
         kf[step["loc"]], vf[step["loc"]] = step["key"], step["value"]
-        unquantized = reference_decode(step["query"], kf, vf, t.req_to_token, t.req_pool_indices, step["seq_lens"],
-                                       t.sm_scale, 0.0)
+        unquantized = reference_decode(
+            step["query"], kf, vf, t.req_to_token, t.req_pool_indices, step["seq_lens"], t.sm_scale, 0.0
+        )
         assert (unquantized - expected).abs().max() > 0.05
 
 
 # ---- soft cap at any cap -------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("cap", [1e-3, 1.0, 30.0, 1e3, 1e6, 1e30], ids=lambda c: f"cap{c:g}")
 def test_soft_cap_is_exact_at_any_cap(kernel_variant, cap):
@@ -246,14 +387,16 @@ def test_soft_cap_is_exact_at_any_cap(kernel_variant, cap):
     assert_close_to_reference(out, expected)
     step = t.decode_step()
     dec = _decode_float(t, step, k_buffer, v_buffer, logit_cap=cap)
-    expected_dec = reference_decode(step["query"], k_buffer, v_buffer, t.req_to_token, t.req_pool_indices,
-                                    step["seq_lens"], t.sm_scale, cap)
+    expected_dec = reference_decode(
+        step["query"], k_buffer, v_buffer, t.req_to_token, t.req_pool_indices, step["seq_lens"], t.sm_scale, cap
+    )
     assert_close_to_reference(dec, expected_dec)
     err = max((out.double() - expected).abs().max().item(), (dec.double() - expected_dec).abs().max().item())
     print(f"\nsoft cap {cap:g}: max abs error vs float64 {err:.2e}")
 
 
 # ---- memory overlap -------------------------------------------------------------------------------
+
 
 def test_fused_kv_pool_halves_and_disjoint_views_work(kernel_variant):
     """K and V as the two halves of one [N, 2, H_kv, D] pool, query and output as disjoint column ranges of one
@@ -267,20 +410,53 @@ def test_fused_kv_pool_halves_and_disjoint_views_work(kernel_variant):
     qo = torch.full((2, t.heads, 2 * t.head_dim), float("nan"))
     qo[..., : t.head_dim] = step["query"]
     step["query"] = qo[..., : t.head_dim]
-    out = qo[..., t.head_dim:]
-    OPS.decode_attention_cpu(step["query"], k_buffer, v_buffer, out, step["key"], step["value"], step["loc"],
-                             step["attn_logits"], t.req_to_token, t.req_pool_indices, step["seq_lens"], t.sm_scale, 0.0)
-    assert_close_to_reference(out, reference_decode(step["query"], k_buffer, v_buffer, t.req_to_token,
-                                                    t.req_pool_indices, step["seq_lens"], t.sm_scale, 0.0))
+    out = qo[..., t.head_dim :]
+    OPS.decode_attention_cpu(
+        step["query"],
+        k_buffer,
+        v_buffer,
+        out,
+        step["key"],
+        step["value"],
+        step["loc"],
+        step["attn_logits"],
+        t.req_to_token,
+        t.req_pool_indices,
+        step["seq_lens"],
+        t.sm_scale,
+        0.0,
+    )
+    assert_close_to_reference(
+        out,
+        reference_decode(
+            step["query"], k_buffer, v_buffer, t.req_to_token, t.req_pool_indices, step["seq_lens"], t.sm_scale, 0.0
+        ),
+    )
 
     # int8: one fused scale buffer [N, 2, H_kv] for K and V, written in dynamic mode.
     kv8 = torch.zeros(t.num_slots, 2, t.heads_kv, t.head_dim, dtype=torch.int8)
     scales = torch.ones(t.num_slots, 2, t.heads_kv)
     step = t.decode_step()
     dec = torch.empty(2, t.heads, t.head_dim)
-    OPS.decode_attention_int8_cpu(step["query"], kv8[:, 0], kv8[:, 1], dec, step["key"], step["value"], step["loc"],
-                                  step["attn_logits"], t.req_to_token, t.req_pool_indices, step["seq_lens"], t.sm_scale,
-                                  0.0, scales[:, 0], scales[:, 1], DYN, DYN)
+    OPS.decode_attention_int8_cpu(
+        step["query"],
+        kv8[:, 0],
+        kv8[:, 1],
+        dec,
+        step["key"],
+        step["value"],
+        step["loc"],
+        step["attn_logits"],
+        t.req_to_token,
+        t.req_pool_indices,
+        step["seq_lens"],
+        t.sm_scale,
+        0.0,
+        scales[:, 0],
+        scales[:, 1],
+        DYN,
+        DYN,
+    )
     assert torch.equal(kv8[step["loc"], 0], quantize_int8(step["key"], None)[0])
     assert torch.equal(scales[step["loc"], 1], quantize_int8(step["value"], None)[1])
 
@@ -294,25 +470,59 @@ def test_one_tensor_for_both_written_scale_buffers_is_refused(kernel_variant):
     before = [x.clone() for x in (k_buffer, v_buffer, scales)]
     dec = torch.full((1, 2, 8), 7.0)
     with pytest.raises(RuntimeError, match=r"decode_attention_int8_cpu: k_scale_buf shares memory with v_scale_buf"):
-        OPS.decode_attention_int8_cpu(step["query"], k_buffer, v_buffer, dec, step["key"], step["value"], step["loc"],
-                                      step["attn_logits"], t.req_to_token, t.req_pool_indices, step["seq_lens"],
-                                      t.sm_scale, 0.0, scales, scales, DYN, DYN)
+        OPS.decode_attention_int8_cpu(
+            step["query"],
+            k_buffer,
+            v_buffer,
+            dec,
+            step["key"],
+            step["value"],
+            step["loc"],
+            step["attn_logits"],
+            t.req_to_token,
+            t.req_pool_indices,
+            step["seq_lens"],
+            t.sm_scale,
+            0.0,
+            scales,
+            scales,
+            DYN,
+            DYN,
+        )
     for a, b in zip((k_buffer, v_buffer, scales), before):
         assert torch.equal(a, b)
     assert torch.all(dec == 7.0)
     out = torch.full((1, 2, 8), 7.0)
     with pytest.raises(RuntimeError, match=r"extend_attention_int8_cpu: k_scale_buf shares memory with v_scale_buf"):
-        OPS.extend_attention_int8_cpu(t.q, t.k, t.v, out, k_buffer, v_buffer, t.req_to_token, t.req_pool_indices,
-                                      t.seq_lens, t.extend_seq_lens, t.extend_start_loc, 1, t.sm_scale, 0.0, scales,
-                                      scales, DYN, DYN)
+        OPS.extend_attention_int8_cpu(
+            t.q,
+            t.k,
+            t.v,
+            out,
+            k_buffer,
+            v_buffer,
+            t.req_to_token,
+            t.req_pool_indices,
+            t.seq_lens,
+            t.extend_seq_lens,
+            t.extend_start_loc,
+            1,
+            t.sm_scale,
+            0.0,
+            scales,
+            scales,
+            DYN,
+            DYN,
+        )
     for a, b in zip((k_buffer, v_buffer, scales), before):
         assert torch.equal(a, b)
     assert torch.all(out == 7.0)
 
 
 @pytest.mark.variant_independent
-@pytest.mark.parametrize("name", ["expanded o_extend", "o_extend over q_extend", "o_extend over k_buffer",
-                                  "o_extend over extend_start_loc"])
+@pytest.mark.parametrize(
+    "name", ["expanded o_extend", "o_extend over q_extend", "o_extend over k_buffer", "o_extend over extend_start_loc"]
+)
 def test_extend_refuses_overlapping_output(kernel_variant, name):
     t = Batch(heads=2, heads_kv=2, head_dim=8, dtype=torch.float32, prefix=[3, 2], extend=[2, 2], seed=8)
     k_buffer, v_buffer = t.float_cache()
@@ -335,7 +545,21 @@ def test_extend_refuses_overlapping_output(kernel_variant, name):
         message = "o_extend shares memory with extend_start_loc"
     watched = [x.clone() for x in (out, k_buffer, v_buffer, t.q)]
     with pytest.raises(RuntimeError, match=f"extend_attention_cpu: {message}"):
-        OPS.extend_attention_cpu(t.q, t.k, t.v, out, k_buffer, v_buffer, t.req_to_token, t.req_pool_indices,
-                                 t.seq_lens, t.extend_seq_lens, start_loc, 2, t.sm_scale, 0.0)
+        OPS.extend_attention_cpu(
+            t.q,
+            t.k,
+            t.v,
+            out,
+            k_buffer,
+            v_buffer,
+            t.req_to_token,
+            t.req_pool_indices,
+            t.seq_lens,
+            t.extend_seq_lens,
+            start_loc,
+            2,
+            t.sm_scale,
+            0.0,
+        )
     for a, b in zip((out, k_buffer, v_buffer, t.q), watched):
         assert torch.equal(a, b)

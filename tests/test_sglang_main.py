@@ -80,14 +80,24 @@ def decode_args(t: Paged, *, write: bool = True, splits: int = 3, **options) -> 
     enc = options.get("encoder_lens")
     last = [(int(enc[b]) if enc is not None and b < enc.numel() else 0) + t.lens[b] - 1 for b in range(batch)]
     # (Clamped into the row: the calls meant to be refused may name columns past it.)
-    loc = torch.tensor([int(t.req_to_token[int(t.req_pool_indices[b]), min(max(last[b], 0), t.width - 1)])
-                        for b in range(batch)])
-    args = dict(query=t.randn(batch, t.heads, t.head_dim), k_buffer=t.k_buffer, v_buffer=t.v_buffer,
-                output=torch.empty(batch, t.heads, t.head_dim, dtype=t.dtype),
-                key=t.randn(batch, t.heads_kv, t.head_dim) if write else None,
-                value=t.randn(batch, t.heads_kv, t.head_dim) if write else None, loc=loc,
-                attn_logits=torch.empty(batch, t.heads, splits, t.head_dim + 1), req_to_token=t.req_to_token,
-                req_pool_indices=t.req_pool_indices, seq_lens=t.seq_lens, sm_scale=t.sm_scale, logit_cap=0.0)
+    loc = torch.tensor(
+        [int(t.req_to_token[int(t.req_pool_indices[b]), min(max(last[b], 0), t.width - 1)]) for b in range(batch)]
+    )
+    args = dict(
+        query=t.randn(batch, t.heads, t.head_dim),
+        k_buffer=t.k_buffer,
+        v_buffer=t.v_buffer,
+        output=torch.empty(batch, t.heads, t.head_dim, dtype=t.dtype),
+        key=t.randn(batch, t.heads_kv, t.head_dim) if write else None,
+        value=t.randn(batch, t.heads_kv, t.head_dim) if write else None,
+        loc=loc,
+        attn_logits=torch.empty(batch, t.heads, splits, t.head_dim + 1),
+        req_to_token=t.req_to_token,
+        req_pool_indices=t.req_pool_indices,
+        seq_lens=t.seq_lens,
+        sm_scale=t.sm_scale,
+        logit_cap=0.0,
+    )
     args.update(options)
     return args
 
@@ -95,10 +105,20 @@ def decode_args(t: Paged, *, write: bool = True, splits: int = 3, **options) -> 
 def run_decode(args: dict[str, object], name: str = "decode_attention_cpu") -> torch.Tensor:
     before = opcall.call_documented(name, args)
     window = args.get("sliding_window_size", -1)
-    return reference_decode(args["query"], args["k_buffer"], args["v_buffer"], before["req_to_token"],
-                            before["req_pool_indices"], before["seq_lens"], args["sm_scale"], args["logit_cap"],
-                            window=window, sinks=args.get("sinks"), encoder_lens=args.get("encoder_lens"),
-                            cross=args.get("is_cross_attn", False))
+    return reference_decode(
+        args["query"],
+        args["k_buffer"],
+        args["v_buffer"],
+        before["req_to_token"],
+        before["req_pool_indices"],
+        before["seq_lens"],
+        args["sm_scale"],
+        args["logit_cap"],
+        window=window,
+        sinks=args.get("sinks"),
+        encoder_lens=args.get("encoder_lens"),
+        cross=args.get("is_cross_attn", False),
+    )
 
 
 def extend_args(t: Paged, ext: list[int], **options) -> dict[str, object]:
@@ -107,23 +127,46 @@ def extend_args(t: Paged, ext: list[int], **options) -> dict[str, object]:
     ext_t = torch.tensor(ext, dtype=torch.int32)
     start = torch.cumsum(ext_t, 0, dtype=torch.int32) - ext_t
     k_extend, v_extend = t.randn(tokens, t.heads_kv, t.head_dim), t.randn(tokens, t.heads_kv, t.head_dim)
-    args = dict(q_extend=t.randn(tokens, t.heads, t.head_dim), k_extend=k_extend, v_extend=v_extend,
-                o_extend=torch.empty(tokens, t.heads, t.head_dim, dtype=t.dtype), k_buffer=t.k_buffer,
-                v_buffer=t.v_buffer, req_to_token=t.req_to_token, req_pool_indices=t.req_pool_indices,
-                seq_lens=t.seq_lens, extend_seq_lens=ext_t, extend_start_loc=start, max_len_extend=max(ext),
-                sm_scale=t.sm_scale, logit_cap=0.0)
+    args = dict(
+        q_extend=t.randn(tokens, t.heads, t.head_dim),
+        k_extend=k_extend,
+        v_extend=v_extend,
+        o_extend=torch.empty(tokens, t.heads, t.head_dim, dtype=t.dtype),
+        k_buffer=t.k_buffer,
+        v_buffer=t.v_buffer,
+        req_to_token=t.req_to_token,
+        req_pool_indices=t.req_pool_indices,
+        seq_lens=t.seq_lens,
+        extend_seq_lens=ext_t,
+        extend_start_loc=start,
+        max_len_extend=max(ext),
+        sm_scale=t.sm_scale,
+        logit_cap=0.0,
+    )
     args.update(options)
     return args
 
 
 def run_extend(args: dict[str, object], name: str = "extend_attention_cpu") -> torch.Tensor:
     before = opcall.call_documented(name, args)
-    return reference_extend(before["q_extend"], before["k_extend"], before["v_extend"], before["k_buffer"],
-                            before["v_buffer"], before["req_to_token"], before["req_pool_indices"],
-                            before["seq_lens"], before["extend_seq_lens"], before["extend_start_loc"],
-                            args["sm_scale"], args["logit_cap"], window=args.get("sliding_window_size", -1),
-                            sinks=args.get("sinks"), encoder_lens=args.get("encoder_lens"),
-                            cross=args.get("is_cross_attn", False))
+    return reference_extend(
+        before["q_extend"],
+        before["k_extend"],
+        before["v_extend"],
+        before["k_buffer"],
+        before["v_buffer"],
+        before["req_to_token"],
+        before["req_pool_indices"],
+        before["seq_lens"],
+        before["extend_seq_lens"],
+        before["extend_start_loc"],
+        args["sm_scale"],
+        args["logit_cap"],
+        window=args.get("sliding_window_size", -1),
+        sinks=args.get("sinks"),
+        encoder_lens=args.get("encoder_lens"),
+        cross=args.get("is_cross_attn", False),
+    )
 
 
 def window_sizes(block: int, longest: int) -> list[int]:
@@ -132,6 +175,7 @@ def window_sizes(block: int, longest: int) -> list[int]:
 
 
 # ---- decode -------------------------------------------------------------------------------------
+
 
 def test_decode_sliding_window_at_block_boundaries(kernel_variant):
     block = int(rvv_attn.ops.decode_attention_blocking())
@@ -181,6 +225,7 @@ def test_decode_sinks_match_softmax_with_a_dropped_column(kernel_variant):
 
 # ---- extend -------------------------------------------------------------------------------------
 
+
 def test_extend_sliding_window_at_block_boundaries(kernel_variant):
     block_m, block_n, _ = (int(x) for x in rvv_attn.ops.extend_attention_blocking(32, 32))
     lens = [block_n + block_m + 3, block_m + 1, 5]
@@ -214,6 +259,7 @@ def test_extend_options_combined(kernel_variant, combo):
 
 # ---- int8 caches --------------------------------------------------------------------------------
 
+
 def _int8_cache(t: Paged) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """t's float cache quantized with dynamic per-(slot, head) scales: (k, v, k_scales, v_scales)."""
     k, ks = quantize_int8(t.k_buffer, None)
@@ -231,8 +277,19 @@ def test_int8_decode_and_extend_take_the_options(kernel_variant):
     args.update(k_buffer=k8, v_buffer=v8, k_scale_buf=ks, v_scale_buf=vs, k_scale=DYN, v_scale=DYN)
     opcall.call_documented("decode_attention_int8_cpu", args)
     k_deq, v_deq = k8.double() * ks.double()[..., None], v8.double() * vs.double()[..., None]
-    expected = reference_decode(args["query"], k_deq, v_deq, t.req_to_token, t.req_pool_indices, t.seq_lens,
-                                t.sm_scale, 0.0, window=block, sinks=sinks, encoder_lens=t.encoder_lens)
+    expected = reference_decode(
+        args["query"],
+        k_deq,
+        v_deq,
+        t.req_to_token,
+        t.req_pool_indices,
+        t.seq_lens,
+        t.sm_scale,
+        0.0,
+        window=block,
+        sinks=sinks,
+        encoder_lens=t.encoder_lens,
+    )
     assert_close_to_reference(args["output"], expected)
 
     ext = [block + 1, 2]
@@ -242,32 +299,78 @@ def test_int8_decode_and_extend_take_the_options(kernel_variant):
     # The new tokens are attended as given (float); the prefix through the int8 cache as it was.
     k_deq = before["k_buffer"].double() * before["k_scale_buf"].double()[..., None]
     v_deq = before["v_buffer"].double() * before["v_scale_buf"].double()[..., None]
-    expected = reference_extend(args["q_extend"], args["k_extend"], args["v_extend"], k_deq, v_deq, t.req_to_token,
-                                t.req_pool_indices, t.seq_lens, args["extend_seq_lens"], args["extend_start_loc"],
-                                t.sm_scale, 0.0, window=block - 1, sinks=sinks, encoder_lens=t.encoder_lens)
+    expected = reference_extend(
+        args["q_extend"],
+        args["k_extend"],
+        args["v_extend"],
+        k_deq,
+        v_deq,
+        t.req_to_token,
+        t.req_pool_indices,
+        t.seq_lens,
+        args["extend_seq_lens"],
+        args["extend_start_loc"],
+        t.sm_scale,
+        0.0,
+        window=block - 1,
+        sinks=sinks,
+        encoder_lens=t.encoder_lens,
+    )
     assert_close_to_reference(args["o_extend"], expected)
 
 
 def test_int8_cross_attention_writes_nothing(kernel_variant):
     t = Paged(lens=[3, 2], enc=[7, 2], seed=8, dtype=torch.float32)
     k8, v8, ks, vs = _int8_cache(t)
-    common = dict(k_buffer=k8, v_buffer=v8, k_scale_buf=ks, v_scale_buf=vs, k_scale=DYN, v_scale=DYN,
-                  is_cross_attn=True, encoder_lens=t.encoder_lens)
+    common = dict(
+        k_buffer=k8,
+        v_buffer=v8,
+        k_scale_buf=ks,
+        v_scale_buf=vs,
+        k_scale=DYN,
+        v_scale=DYN,
+        is_cross_attn=True,
+        encoder_lens=t.encoder_lens,
+    )
     k_deq, v_deq = k8.double() * ks.double()[..., None], v8.double() * vs.double()[..., None]
     args = decode_args(t, write=False, **common)  # key/value None: opcall checks the caches stay as they were
     opcall.call_documented("decode_attention_int8_cpu", args)
-    expected = reference_decode(args["query"], k_deq, v_deq, t.req_to_token, t.req_pool_indices, t.seq_lens,
-                                t.sm_scale, 0.0, encoder_lens=t.encoder_lens, cross=True)
+    expected = reference_decode(
+        args["query"],
+        k_deq,
+        v_deq,
+        t.req_to_token,
+        t.req_pool_indices,
+        t.seq_lens,
+        t.sm_scale,
+        0.0,
+        encoder_lens=t.encoder_lens,
+        cross=True,
+    )
     assert_close_to_reference(args["output"], expected)
     args = extend_args(t, [2, 1], **common)  # k_extend given, and ignored: no cache write either
     opcall.call_documented("extend_attention_int8_cpu", args)
-    expected = reference_extend(args["q_extend"], None, None, k_deq, v_deq, t.req_to_token, t.req_pool_indices,
-                                t.seq_lens, args["extend_seq_lens"], args["extend_start_loc"], t.sm_scale, 0.0,
-                                encoder_lens=t.encoder_lens, cross=True)
+    expected = reference_extend(
+        args["q_extend"],
+        None,
+        None,
+        k_deq,
+        v_deq,
+        t.req_to_token,
+        t.req_pool_indices,
+        t.seq_lens,
+        args["extend_seq_lens"],
+        args["extend_start_loc"],
+        t.sm_scale,
+        0.0,
+        encoder_lens=t.encoder_lens,
+        cross=True,
+    )
     assert_close_to_reference(args["o_extend"], expected)
 
 
 # ---- SGLang's own calling convention through torch.ops.sgl_kernel -----------------------------
+
 
 def test_sgl_kernel_names_called_as_sglang_mains_backend_calls_them(kernel_variant):
     """int32 map, int64 lens, bf16 sinks [H], zeros encoder_lens (decoder-only), q viewed from [T, H * D]."""
@@ -285,16 +388,47 @@ def test_sgl_kernel_names_called_as_sglang_mains_backend_calls_them(kernel_varia
     width = (t.heads + 2 * t.heads_kv) * t.head_dim
     qkv = t.randn(sum(ext), width)
     q = qkv[:, : t.heads * t.head_dim].view(sum(ext), t.heads, t.head_dim)
-    k = qkv[:, t.heads * t.head_dim: (t.heads + t.heads_kv) * t.head_dim].view(sum(ext), t.heads_kv, t.head_dim)
-    v = qkv[:, (t.heads + t.heads_kv) * t.head_dim:].view(sum(ext), t.heads_kv, t.head_dim)
+    k = qkv[:, t.heads * t.head_dim : (t.heads + t.heads_kv) * t.head_dim].view(sum(ext), t.heads_kv, t.head_dim)
+    v = qkv[:, (t.heads + t.heads_kv) * t.head_dim :].view(sum(ext), t.heads_kv, t.head_dim)
     assert not (q.is_contiguous() or k.is_contiguous() or v.is_contiguous())
     a["k_extend"], a["v_extend"] = k, v
-    sgl.extend_attention_cpu(q, a["k_extend"], a["v_extend"], a["o_extend"], t.k_buffer, t.v_buffer,
-                             t.req_to_token, t.req_pool_indices, t.seq_lens, a["extend_seq_lens"],
-                             a["extend_start_loc"], max(ext), t.sm_scale, 0.0, False, window + 1, zeros, sinks)
-    expected = reference_extend(q, a["k_extend"], a["v_extend"], t.k_buffer, t.v_buffer, t.req_to_token,
-                                t.req_pool_indices, t.seq_lens, a["extend_seq_lens"], a["extend_start_loc"],
-                                t.sm_scale, 0.0, window=window + 1, sinks=sinks, encoder_lens=zeros)
+    sgl.extend_attention_cpu(
+        q,
+        a["k_extend"],
+        a["v_extend"],
+        a["o_extend"],
+        t.k_buffer,
+        t.v_buffer,
+        t.req_to_token,
+        t.req_pool_indices,
+        t.seq_lens,
+        a["extend_seq_lens"],
+        a["extend_start_loc"],
+        max(ext),
+        t.sm_scale,
+        0.0,
+        False,
+        window + 1,
+        zeros,
+        sinks,
+    )
+    expected = reference_extend(
+        q,
+        a["k_extend"],
+        a["v_extend"],
+        t.k_buffer,
+        t.v_buffer,
+        t.req_to_token,
+        t.req_pool_indices,
+        t.seq_lens,
+        a["extend_seq_lens"],
+        a["extend_start_loc"],
+        t.sm_scale,
+        0.0,
+        window=window + 1,
+        sinks=sinks,
+        encoder_lens=zeros,
+    )
     assert_close_to_reference(a["o_extend"], expected)
 
     d = decode_args(t, splits=8)
@@ -302,11 +436,38 @@ def test_sgl_kernel_names_called_as_sglang_mains_backend_calls_them(kernel_varia
     qkv = t.randn(2, t.heads, 3 * t.head_dim)
     query = qkv[..., : t.head_dim]
     query.copy_(d["query"])
-    sgl.decode_attention_cpu(query, t.k_buffer, t.v_buffer, d["output"], d["key"], d["value"], d["loc"],
-                             d["attn_logits"], t.req_to_token, t.req_pool_indices, t.seq_lens, t.sm_scale, 0.0,
-                             False, window + 1, zeros, sinks)
-    expected = reference_decode(query, t.k_buffer, t.v_buffer, t.req_to_token, t.req_pool_indices, t.seq_lens,
-                                t.sm_scale, 0.0, window=window + 1, sinks=sinks, encoder_lens=zeros)
+    sgl.decode_attention_cpu(
+        query,
+        t.k_buffer,
+        t.v_buffer,
+        d["output"],
+        d["key"],
+        d["value"],
+        d["loc"],
+        d["attn_logits"],
+        t.req_to_token,
+        t.req_pool_indices,
+        t.seq_lens,
+        t.sm_scale,
+        0.0,
+        False,
+        window + 1,
+        zeros,
+        sinks,
+    )
+    expected = reference_decode(
+        query,
+        t.k_buffer,
+        t.v_buffer,
+        t.req_to_token,
+        t.req_pool_indices,
+        t.seq_lens,
+        t.sm_scale,
+        0.0,
+        window=window + 1,
+        sinks=sinks,
+        encoder_lens=zeros,
+    )
     assert_close_to_reference(d["output"], expected)
 
 
@@ -316,9 +477,25 @@ def test_sgl_kernel_schemas_are_sglang_mains():
 
     decode = torch.ops.sgl_kernel.decode_attention_cpu.default._schema
     names = [a.name for a in decode.arguments]
-    assert names == ["query", "k_cache", "v_cahce", "output", "key", "value", "loc", "attn_logits", "req_to_token",
-                     "req_pool_indices", "seq_lens", "sm_scale", "logit_cap", "is_cross_attn", "sliding_window_size",
-                     "encoder_lens", "sinks"]
+    assert names == [
+        "query",
+        "k_cache",
+        "v_cahce",
+        "output",
+        "key",
+        "value",
+        "loc",
+        "attn_logits",
+        "req_to_token",
+        "req_pool_indices",
+        "seq_lens",
+        "sm_scale",
+        "logit_cap",
+        "is_cross_attn",
+        "sliding_window_size",
+        "encoder_lens",
+        "sinks",
+    ]
     extend = torch.ops.sgl_kernel.extend_attention_cpu.default._schema
     assert [a.name for a in extend.arguments][:4] == ["q_extend", "k_extend", "v_extend", "o_extend"]
     assert len(extend.arguments) == 18
@@ -346,6 +523,7 @@ def test_sglang_import_refuses_when_sgl_kernel_defines_a_name():
 
 # ---- bad input: a clear error, nothing written ------------------------------------------------
 
+
 def _refused(name: str, args: dict[str, object], match: str) -> None:
     with pytest.raises(RuntimeError, match=match):
         opcall.call_documented(name, args)
@@ -360,14 +538,18 @@ def test_bad_options_are_refused_before_anything_is_written():
         "sinks of the wrong dtype": (dict(sinks=sinks.to(torch.float16)), r"sinks has dtype Half"),
         "sinks not finite": (dict(sinks=torch.tensor([0.0, float("inf"), 0.0, 0.0])), r"sinks\[1\] = inf"),
         "negative encoder length": (dict(encoder_lens=torch.tensor([2, -1])), r"encoder_lens\[1\] = -1 is negative"),
-        "encoder length past the row": (dict(encoder_lens=torch.tensor([2, t.width])),
-                                        r"encoder_lens\[1\] \+ .*\[1\] = .* exceeds req_to_token.size\(1\)"),
+        "encoder length past the row": (
+            dict(encoder_lens=torch.tensor([2, t.width])),
+            r"encoder_lens\[1\] \+ .*\[1\] = .* exceeds req_to_token.size\(1\)",
+        ),
         "encoder_lens of the wrong size": (dict(encoder_lens=torch.tensor([2])), r"encoder_lens.size\(0\) = 1"),
         "cross attention without encoder_lens": (dict(is_cross_attn=True), r"is_cross_attn=True needs encoder_lens"),
-        "cross attention with a window": (dict(is_cross_attn=True, encoder_lens=t.encoder_lens,
-                                               sliding_window_size=4), r"a sliding window applies to self attention"),
+        "cross attention with a window": (
+            dict(is_cross_attn=True, encoder_lens=t.encoder_lens, sliding_window_size=4),
+            r"a sliding window applies to self attention",
+        ),
     }
-    for what, (options, match) in cases.items():
+    for options, match in cases.values():
         args = decode_args(t, **options)
         args["loc"] = torch.tensor(t.spare[:2])  # valid slots whatever the options claim
         _refused("decode_attention_cpu", args, match)
@@ -381,16 +563,36 @@ def test_bad_options_are_refused_before_anything_is_written():
     # A map entry in the encoder's columns out of range: found, though only the offset makes it reachable.
     bad = t.req_to_token.clone()
     bad[int(t.req_pool_indices[1]), 1] = t.num_slots
-    _refused("decode_attention_cpu", decode_args(t, req_to_token=bad, encoder_lens=t.encoder_lens,
-                                                 is_cross_attn=True, write=False), r"req_to_token\[.*is outside")
+    _refused(
+        "decode_attention_cpu",
+        decode_args(t, req_to_token=bad, encoder_lens=t.encoder_lens, is_cross_attn=True, write=False),
+        r"req_to_token\[.*is outside",
+    )
 
 
 def test_thirteen_argument_calls_still_work(kernel_variant):
     t = Paged(lens=[9, 3], enc=[0, 0], seed=11)
     args = decode_args(t)
-    positional = [args[k] for k in ("query", "k_buffer", "v_buffer", "output", "key", "value", "loc", "attn_logits",
-                                    "req_to_token", "req_pool_indices", "seq_lens", "sm_scale", "logit_cap")]
+    positional = [
+        args[k]
+        for k in (
+            "query",
+            "k_buffer",
+            "v_buffer",
+            "output",
+            "key",
+            "value",
+            "loc",
+            "attn_logits",
+            "req_to_token",
+            "req_pool_indices",
+            "seq_lens",
+            "sm_scale",
+            "logit_cap",
+        )
+    ]
     rvv_attn.ops.decode_attention_cpu(*positional)
-    expected = reference_decode(args["query"], t.k_buffer, t.v_buffer, t.req_to_token, t.req_pool_indices,
-                                t.seq_lens, t.sm_scale, 0.0)
+    expected = reference_decode(
+        args["query"], t.k_buffer, t.v_buffer, t.req_to_token, t.req_pool_indices, t.seq_lens, t.sm_scale, 0.0
+    )
     assert_close_to_reference(args["output"], expected)

@@ -11,8 +11,11 @@ import rvv_attn
 
 def _call(k, v, k_cache, v_cache, indices, row_dim=None) -> None:
     args = dict(k=k, v=v, k_cache=k_cache, v_cache=v_cache, indices=indices, row_dim=row_dim)
-    opcall.call(rvv_attn.ops.store_cache_cpu, args,
-                {"k_cache": opcall.rows(k_cache, indices), "v_cache": opcall.rows(v_cache, indices)})
+    opcall.call(
+        rvv_attn.ops.store_cache_cpu,
+        args,
+        {"k_cache": opcall.rows(k_cache, indices), "v_cache": opcall.rows(v_cache, indices)},
+    )
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32, torch.uint8], ids=str)

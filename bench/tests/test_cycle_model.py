@@ -1,4 +1,4 @@
-"""The cycle estimator (ci/cross/cycles.py) against the scheduling models' own figures.
+"""The cycle estimator (ci/driver/cycles.py) against the scheduling models' own figures.
 
 Loops whose cycles follow from a model's published per-instruction throughput
 (llvm-mca's instruction info, read from the model's tables) must come out of
@@ -20,19 +20,26 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "ci"))
 
-from cross import cycles  # noqa: E402
+from driver import cycles  # noqa: E402
 
 # Each VLEN's core (the bench's table), and the code the kernels are built for.
-CORES = {vlen: cycles.Core(cpu, cycles.mattr_for(f"rv64gcv_zvl{vlen}b"))
-         for vlen, cpu in [(128, "sifive-p670"), (256, "spacemit-x60"), (512, "sifive-x280"), (1024, "sifive-x390")]}
+CORES = {
+    vlen: cycles.Core(cpu, cycles.mattr_for(f"rv64gcv_zvl{vlen}b"))
+    for vlen, cpu in [(128, "sifive-p670"), (256, "spacemit-x60"), (512, "sifive-x280"), (1024, "sifive-x390")]
+}
 LMULS = {1: 8, 2: 16, 4: 32, 8: 64}  # LMUL -> LMUL x 8
 # Within this of the model's throughput: the pipeline's ramp-up and drain over 100 iterations of a short block.
 TOLERANCE = 0.04
 
 
 def _assemble(asm: list[str], mattr: str) -> bytes:
-    proc = subprocess.run([cycles.LLVM_MC, "-triple=riscv64", f"-mattr={mattr}", "--show-encoding"],
-                          input="\n".join(asm) + "\n", capture_output=True, text=True, check=True)
+    proc = subprocess.run(
+        [cycles.LLVM_MC, "-triple=riscv64", f"-mattr={mattr}", "--show-encoding"],
+        input="\n".join(asm) + "\n",
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     code = b""
     for match in re.finditer(r"encoding: \[([^\]]*)\]", proc.stdout):
         code += bytes(int(b, 16) for b in match.group(1).split(","))
@@ -47,9 +54,21 @@ def _static(asm: list[str], core: cycles.Core, vtype: cycles.VType) -> tuple[flo
     holds of a unit, so it is not used).
     """
     source = "\n".join([*vtype.instruments(), *asm]) + "\n"
-    proc = subprocess.run([cycles.LLVM_MCA, "-mtriple=riscv64", f"-mcpu={core.cpu}", f"-mattr={core.mattr}",
-                           "--json", "--timeline=false", "--resource-pressure=false"],
-                          input=source, capture_output=True, text=True, check=True)
+    proc = subprocess.run(
+        [
+            cycles.LLVM_MCA,
+            "-mtriple=riscv64",
+            f"-mcpu={core.cpu}",
+            f"-mattr={core.mattr}",
+            "--json",
+            "--timeline=false",
+            "--resource-pressure=false",
+        ],
+        input=source,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     region = json.loads(proc.stdout)["CodeRegions"][0]
     latency = max(i["Latency"] for i in region["InstructionInfoView"]["InstructionList"])
     return float(region["SummaryView"]["BlockRThroughput"]), float(latency)
@@ -102,12 +121,15 @@ def test_independent_loads_cost_the_models_throughput(vlen, load, lmul, cache):
 
 def test_an_estimate_is_count_times_cost_and_the_cache_answers_the_second_time(tmp_path):
     core = CORES[256]
-    fma = cycles.Block(_assemble(["vfmacc.vv v8, v16, v24", "vfmacc.vv v10, v18, v26"], core.mattr),
-                       cycles.VType(32, 8))
+    fma = cycles.Block(
+        _assemble(["vfmacc.vv v8, v16, v24", "vfmacc.vv v10, v18, v26"], core.mattr), cycles.VType(32, 8)
+    )
     scalar = cycles.Block(_assemble(["addi a0, a0, 4", "addi a1, a1, 4", "bnez a2, -8"], core.mattr))
     cache = cycles.CostCache(tmp_path / "mca")
     costs = cache.costs([fma, scalar], core)
-    assert cycles.estimate({fma: 1000, scalar: 10}, core, cache) == pytest.approx(1000 * costs[fma] + 10 * costs[scalar])
+    assert cycles.estimate({fma: 1000, scalar: 10}, core, cache) == pytest.approx(
+        1000 * costs[fma] + 10 * costs[scalar]
+    )
     # The second time nothing runs: a cache whose tool would fail still answers.
     again = cycles.CostCache(tmp_path / "mca", version=cache.version)
     original, cycles.LLVM_MCA = cycles.LLVM_MCA, "/nonexistent/llvm-mca"

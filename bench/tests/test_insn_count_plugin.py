@@ -28,9 +28,21 @@ def _require(name: str) -> str:
 
 def _build(tmp_path: Path, trips: int) -> Path:
     program = tmp_path / f"known_loop_{trips}"
-    subprocess.run(["clang-19", "--target=riscv64-linux-gnu", "-march=rv64gcv", "-nostdlib", "-static",
-                    "-fuse-ld=lld", f"-DLOOP_TRIPS={trips}", str(HERE / "known_loop.S"), "-o", str(program)],
-                   check=True)
+    subprocess.run(
+        [
+            "clang-19",
+            "--target=riscv64-linux-gnu",
+            "-march=rv64gcv",
+            "-nostdlib",
+            "-static",
+            "-fuse-ld=lld",
+            f"-DLOOP_TRIPS={trips}",
+            str(HERE / "known_loop.S"),
+            "-o",
+            str(program),
+        ],
+        check=True,
+    )
     return program
 
 
@@ -39,9 +51,18 @@ def _run(program: Path, vlen: int, tmp_path: Path, blocks: Path | None = None) -
     out.unlink(missing_ok=True)  # the plugin appends
     options = f"outfile={out}" + (f",blocks={blocks}" if blocks else "")
     cpu = f"rv64,v=true,vlen={vlen},elen=64,vext_spec=v1.0"
-    proc = subprocess.run([_require("RVV_ATTN_PLUGIN_QEMU"), "-cpu", cpu,
-                           "-plugin", f"{_require('RVV_ATTN_INSN_PLUGIN')},{options}", str(program)],
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [
+            _require("RVV_ATTN_PLUGIN_QEMU"),
+            "-cpu",
+            cpu,
+            "-plugin",
+            f"{_require('RVV_ATTN_INSN_PLUGIN')},{options}",
+            str(program),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 0, proc.stderr
     return [json.loads(line) for line in out.read_text().splitlines()]
 
@@ -49,8 +70,14 @@ def _run(program: Path, vlen: int, tmp_path: Path, blocks: Path | None = None) -
 def expected_library_counts(trips: int) -> dict[str, int]:
     """From the program's text: per trip 4 scalar, 3 vset, 3 arith (LMUL 4, 1/2, 8), 3 mem (EMUL 4, 2, 8);
     plus 4 scalar around the loop (li, la = auipc + addi, ret)."""
-    return {"scalar": 4 * trips + 4, "vector_arith": 3 * trips, "vector_mem": 3 * trips, "vset": 3 * trips,
-            "vector_arith_lmul1": (4 + 1 + 8) * trips, "vector_mem_lmul1": (4 + 2 + 8) * trips}
+    return {
+        "scalar": 4 * trips + 4,
+        "vector_arith": 3 * trips,
+        "vector_mem": 3 * trips,
+        "vset": 3 * trips,
+        "vector_arith_lmul1": (4 + 1 + 8) * trips,
+        "vector_mem_lmul1": (4 + 2 + 8) * trips,
+    }
 
 
 @pytest.mark.parametrize("trips", [1, 10, 1000])
@@ -64,8 +91,14 @@ def test_exact_counts_and_lmul_weighting(tmp_path, trips, vlen):
     assert measured["unknown_vtype"] == 0
     # Outside the library: the jal into it and the 7 instructions of the end mark.
     outside = {k: measured["all"][k] - lib[k] for k in lib}
-    assert outside == {"scalar": 8, "vector_arith": 0, "vector_mem": 0, "vset": 0,
-                       "vector_arith_lmul1": 0, "vector_mem_lmul1": 0}
+    assert outside == {
+        "scalar": 8,
+        "vector_arith": 0,
+        "vector_mem": 0,
+        "vset": 0,
+        "vector_arith_lmul1": 0,
+        "vector_mem_lmul1": 0,
+    }
     assert empty["all"]["scalar"] == 7 and sum(empty["lib"].values()) == 0
 
 
@@ -92,8 +125,20 @@ _start:
     ecall
 """)
     program = tmp_path / "bad"
-    subprocess.run(["clang-19", "--target=riscv64-linux-gnu", "-march=rv64gcv", "-nostdlib", "-static",
-                    "-fuse-ld=lld", str(source), "-o", str(program)], check=True)
+    subprocess.run(
+        [
+            "clang-19",
+            "--target=riscv64-linux-gnu",
+            "-march=rv64gcv",
+            "-nostdlib",
+            "-static",
+            "-fuse-ld=lld",
+            str(source),
+            "-o",
+            str(program),
+        ],
+        check=True,
+    )
     (line,) = _run(program, 128, tmp_path)
     assert line == {"error": "end mark without a matching start mark", "value": 5}
 
@@ -123,7 +168,7 @@ def _profile(tmp_path: Path, trips: int, vlen: int = 256) -> tuple[dict, list[di
 
 @pytest.mark.parametrize("trips", [1, 10, 1000])
 def test_the_block_profile_accounts_for_every_library_instruction(tmp_path, trips):
-    from cross import cycles
+    from driver import cycles
 
     counts, profiles = _profile(tmp_path, trips)
     assert [p["label"] for p in profiles] == [7, 8]
@@ -139,28 +184,35 @@ def test_the_block_profile_accounts_for_every_library_instruction(tmp_path, trip
     # the code before it.
     loop = _assemble_loop()
     assert {b.vtype: runs for b, runs in entered.items() if b.code == loop} == (
-        {cycles.VType(32, 64): trips - 1} if trips > 1 else {})
+        {cycles.VType(32, 64): trips - 1} if trips > 1 else {}
+    )
 
 
 def _assemble_loop() -> bytes:
-    from cross import cycles
+    from driver import cycles
 
-    proc = subprocess.run([cycles.LLVM_MC, "-triple=riscv64", "-mattr=+v,+f,+d", "--show-encoding",
-                           "-riscv-no-aliases"], input=KNOWN_LOOP_BODY + "\n", capture_output=True, text=True,
-                          check=True)
-    return b"".join(bytes(int(x, 16) for x in m.group(1).split(","))
-                    for m in re.finditer(r"encoding: \[([^\]]*)\]", proc.stdout))
+    proc = subprocess.run(
+        [cycles.LLVM_MC, "-triple=riscv64", "-mattr=+v,+f,+d", "--show-encoding", "-riscv-no-aliases"],
+        input=KNOWN_LOOP_BODY + "\n",
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return b"".join(
+        bytes(int(x, 16) for x in m.group(1).split(",")) for m in re.finditer(r"encoding: \[([^\]]*)\]", proc.stdout)
+    )
 
 
 def test_an_estimate_from_the_trace_is_the_loops_cost_times_its_trips(tmp_path):
-    from cross import cycles
+    from driver import cycles
 
     trips = 1000
     _, (measured, _) = _profile(tmp_path, trips)
     core = cycles.Core("spacemit-x60", cycles.mattr_for("rv64gcv"))
     loop = {b: runs for b, runs in cycles.basic_blocks(measured["blocks"]).items() if b.code == _assemble_loop()}
     assert list(loop.values()) == [trips - 1]
-    (per_trip,) = cycles.run_mca(cycles.region_source([("loop", cycles.VType(32, 64),
-                                                        KNOWN_LOOP_BODY.splitlines())]), core)
+    (per_trip,) = cycles.run_mca(
+        cycles.region_source([("loop", cycles.VType(32, 64), KNOWN_LOOP_BODY.splitlines())]), core
+    )
     estimate = cycles.estimate(loop, core, cycles.CostCache(tmp_path / "mca"))
     assert estimate == pytest.approx((trips - 1) * per_trip.cycles_per_iteration, rel=1e-9)

@@ -7,17 +7,18 @@ from pathlib import Path
 
 import pytest
 
-from cross import bench, plugin_qemu
-from cross.errors import ConfigError, CrossError
-from cross.privapt import PrivateApt
-from cross.qemu import QemuPin
+from driver import plugin_qemu
+from driver.bench import cases, figures, render, run
+from driver.errors import ConfigError, DriverError
+from driver.privapt import PrivateApt
+from driver.qemu import QemuPin
 
 # ---- units and the lower bound ----------------------------------------------------------------------
 
 
 def test_units_of_work():
-    assert bench.Case("decode", "bf16", batch=8, seq=4096).units() == 8 * 4096 * 8
-    extend = bench.Case("extend", "bf16", prefix=1024, new=256)
+    assert cases.Case("decode", "bf16", batch=8, seq=4096).units() == 8 * 4096 * 8
+    extend = cases.Case("extend", "bf16", prefix=1024, new=256)
     # new token i sees 1024 + i + 1 keys
     assert extend.pairs_per_sequence() == sum(1024 + i + 1 for i in range(256))
     assert extend.units() == extend.pairs_per_sequence() * 32
@@ -25,70 +26,79 @@ def test_units_of_work():
 
 def test_units_of_sglang_mains_options():
     # A window's units are the tokens it attends, so its figures compare with a decode of that length.
-    windowed = bench.Case("decode", "bf16", seq=4096, window=128)
-    assert windowed.units() == bench.Case("decode", "bf16", seq=128).units() == 128 * 8
-    assert bench.Case("decode", "bf16", seq=100, window=128).units() == 100 * 8
-    vision = bench.vision_case()
+    windowed = cases.Case("decode", "bf16", seq=4096, window=128)
+    assert windowed.units() == cases.Case("decode", "bf16", seq=128).units() == 128 * 8
+    assert cases.Case("decode", "bf16", seq=100, window=128).units() == 100 * 8
+    vision = cases.vision_case()
     assert vision.units() == 4 * 256 * 256 * 16
     assert vision.id == "varlen bf16 images=4 patches=256 H=16 D=64"
     assert windowed.id == "decode bf16 B=1 seq=4096 window=128"
-    assert bench.Case("extend", "bf16", prefix=0, new=256, sinks=True).id == "extend bf16 B=1 prefix=0+256 sinks"
+    assert cases.Case("extend", "bf16", prefix=0, new=256, sinks=True).id == "extend bf16 B=1 prefix=0+256 sinks"
     # The options' rows run at the headline VLEN only, and the vision shape beside torch's SDPA.
-    configs = bench.full_configs()
+    configs = cases.full_configs()
     with_contract = [c for c in configs if any(case.op == "varlen" for case in c.cases)]
-    assert sorted(c.name for c in with_contract) == sorted([bench.NATIVE, f"vlen{bench.HEADLINE_VLEN}"])
+    assert sorted(c.name for c in with_contract) == sorted([cases.NATIVE, f"vlen{cases.HEADLINE_VLEN}"])
 
 
 def test_decode_lower_bound_matches_the_hand_count():
     # VLEN 256, bf16, D = Dv = 128, G = 4: K and V rows each 8 loads + 16 widening results, 4 heads x 128 FMAs
     # for q.k and for p*v at 8 lanes.
-    assert bench.lower_bound(bench.Case("decode", "bf16", seq=4096), 256) == 8 + 16 + 8 + 16 + 64 + 64
-    assert bench.lower_bound(bench.Case("decode", "int8-static", seq=4096), 256) == 4 + 16 + 4 + 16 + 128
+    assert figures.lower_bound(cases.Case("decode", "bf16", seq=4096), 256) == 8 + 16 + 8 + 16 + 64 + 64
+    assert figures.lower_bound(cases.Case("decode", "int8-static", seq=4096), 256) == 4 + 16 + 4 + 16 + 128
 
 
 def test_lower_bound_halves_with_each_doubling_of_vlen():
-    for case in (bench.Case("decode", "bf16", seq=1024), bench.Case("extend", "int8-dynamic", prefix=1024, new=256)):
-        bounds = [bench.lower_bound(case, v) for v in (128, 256, 512, 1024)]
+    for case in (cases.Case("decode", "bf16", seq=1024), cases.Case("extend", "int8-dynamic", prefix=1024, new=256)):
+        bounds = [figures.lower_bound(case, v) for v in (128, 256, 512, 1024)]
         assert all(a == pytest.approx(2 * b) for a, b in zip(bounds, bounds[1:]))
 
 
 def test_extend_lower_bound_is_the_fmas_plus_amortized_loads():
-    case = bench.Case("extend", "bf16", prefix=1024, new=256)
+    case = cases.Case("extend", "bf16", prefix=1024, new=256)
     fmas = (128 + 128) / 8
-    bound = bench.lower_bound(case, 256)
+    bound = figures.lower_bound(case, 256)
     assert fmas < bound < fmas + 0.2
     assert bound == pytest.approx(32.073, abs=0.001)
 
 
 def test_full_matrix_covers_the_issue():
-    configs = bench.full_configs()
+    configs = cases.full_configs()
     names = [c.name for c in configs]
     assert names == ["portable", "torch-sdpa", "vlen128", "vlen256", "vlen512", "vlen1024"]
-    contract = {c.id for c in bench.contract_cases()}
+    contract = {c.id for c in cases.contract_cases()}
     for config in configs[:1] + configs[2:]:
         # The rows of SGLang main's options (test_units_of_sglang_mains_options) are apart from the matrix.
         kernel = [c for c in config.cases if c.id not in contract]
-        assert {(c.batch, c.seq, c.dtype) for c in kernel if c.op == "decode"} == \
-            {(b, s, dt) for b in (1, 8) for s in (1024, 4096) for dt in bench.DTYPES}
+        assert {(c.batch, c.seq, c.dtype) for c in kernel if c.op == "decode"} == {
+            (b, s, dt) for b in (1, 8) for s in (1024, 4096) for dt in cases.DTYPES
+        }
         extend = {(c.dtype, c.prefix, c.new) for c in kernel if c.op == "extend"}
-        int8 = {(dt, 0, 256) for dt in bench.DTYPES if dt != "bf16"}
+        int8 = {(dt, 0, 256) for dt in cases.DTYPES if dt != "bf16"}
         assert extend == {("bf16", 0, 256), ("bf16", 1024, 256)} | (int8 if config.name == "vlen256" else set())
         assert all(c.heads == 32 and c.heads_kv == 8 and c.head_dim == c.head_dim_v == 128 for c in kernel)
-    assert [c.id for c in configs[1].cases] == ["decode torch-sdpa bf16 B=1 seq=4096",
-                                                "extend torch-sdpa bf16 B=1 prefix=1024+256",
-                                                "varlen torch-sdpa bf16 images=4 patches=256 H=16 D=64"]
+    assert [c.id for c in configs[1].cases] == [
+        "decode torch-sdpa bf16 B=1 seq=4096",
+        "extend torch-sdpa bf16 B=1 prefix=1024+256",
+        "varlen torch-sdpa bf16 images=4 patches=256 H=16 D=64",
+    ]
 
 
 def test_check_subset_is_in_the_full_matrix():
-    full = {bench.row_key(c.name, case) for c in bench.full_configs() for case in c.cases}
-    check = [bench.row_key(c.name, case) for c in bench.check_configs() for case in c.cases]
+    full = {cases.row_key(c.name, case) for c in cases.full_configs() for case in c.cases}
+    check = [cases.row_key(c.name, case) for c in cases.check_configs() for case in c.cases]
     assert len(check) == 2 and set(check) <= full
 
 
 # ---- plugin output --------------------------------------------------------------------------------
 
-COUNTS = {"scalar": 100, "vector_arith": 40, "vector_mem": 20, "vset": 10, "vector_arith_lmul1": 160,
-          "vector_mem_lmul1": 50}
+COUNTS = {
+    "scalar": 100,
+    "vector_arith": 40,
+    "vector_mem": 20,
+    "vset": 10,
+    "vector_arith_lmul1": 160,
+    "vector_mem_lmul1": 50,
+}
 
 
 def _region(label: int, lib: dict, all_: dict, unknown: int = 0) -> str:
@@ -99,9 +109,9 @@ def test_rows_take_library_counts_for_kernels_and_whole_region_less_marks_for_to
     empty = {k: 0 for k in COUNTS} | {"scalar": 30}
     whole = {k: v * 3 for k, v in COUNTS.items()}
     text = "\n".join([_region(0, {k: 0 for k in COUNTS}, empty), _region(1, COUNTS, whole), _region(2, COUNTS, whole)])
-    kernel = bench.Case("decode", "bf16", seq=1024)
-    native = bench.Case("decode", "bf16", seq=1024, impl=bench.NATIVE)
-    rows = bench.rows_for(bench.Config("vlen256", 256, (kernel, native)), bench.parse_regions(text))
+    kernel = cases.Case("decode", "bf16", seq=1024)
+    native = cases.Case("decode", "bf16", seq=1024, impl=cases.NATIVE)
+    rows = figures.rows_for(cases.Config("vlen256", 256, (kernel, native)), figures.parse_regions(text))
     assert rows[0].counts == {"raw": 170, "scalar": 100, "vector": 70, "vector_lmul1": 220, "lmul1": 320, "vset": 10}
     assert rows[0].per_unit["raw"] == round(170 / (1024 * 8), 3)
     assert rows[0].lower_bound == 176
@@ -109,62 +119,64 @@ def test_rows_take_library_counts_for_kernels_and_whole_region_less_marks_for_to
 
 
 def test_plugin_errors_and_missing_regions_fail_the_run():
-    with pytest.raises(CrossError, match="end mark without"):
-        bench.parse_regions('{"error": "end mark without a matching start mark", "value": 3}')
-    config = bench.Config("vlen256", 256, (bench.Case("decode", "bf16", seq=1024),))
-    with pytest.raises(CrossError, match="no count for decode bf16"):
-        bench.rows_for(config, {0: json.loads(_region(0, COUNTS, COUNTS))})
-    with pytest.raises(CrossError, match="before any vset"):
-        bench.rows_for(config, bench.parse_regions("\n".join([_region(0, COUNTS, COUNTS),
-                                                               _region(1, COUNTS, COUNTS, unknown=4)])))
+    with pytest.raises(DriverError, match="end mark without"):
+        figures.parse_regions('{"error": "end mark without a matching start mark", "value": 3}')
+    config = cases.Config("vlen256", 256, (cases.Case("decode", "bf16", seq=1024),))
+    with pytest.raises(DriverError, match="no count for decode bf16"):
+        figures.rows_for(config, {0: json.loads(_region(0, COUNTS, COUNTS))})
+    with pytest.raises(DriverError, match="before any vset"):
+        figures.rows_for(
+            config,
+            figures.parse_regions("\n".join([_region(0, COUNTS, COUNTS), _region(1, COUNTS, COUNTS, unknown=4)])),
+        )
 
 
 # ---- the guard ------------------------------------------------------------------------------------
 
 
 def _doc(**per_unit: float) -> dict:
-    figures = {f: 100.0 for f in bench.FIGURES} | per_unit
-    return {"rows": [{"key": "vlen256 | decode bf16 B=1 seq=1024", "per_unit": figures}]}
+    values = {f: 100.0 for f in figures.FIGURES} | per_unit
+    return {"rows": [{"key": "vlen256 | decode bf16 B=1 seq=1024", "per_unit": values}]}
 
 
 def test_guard_fails_on_growth_over_two_percent_only():
     base = _doc()
-    assert bench.compare(base, _doc(raw=102.0)) == ([], [], [])
-    regressions, _, _ = bench.compare(base, _doc(raw=102.1))
+    assert figures.compare(base, _doc(raw=102.0)) == ([], [], [])
+    regressions, _, _ = figures.compare(base, _doc(raw=102.1))
     assert len(regressions) == 1 and "raw 100 -> 102.1" in regressions[0] and "2.1%" in regressions[0]
-    regressions, improvements, _ = bench.compare(base, _doc(scalar=50.0))
+    regressions, improvements, _ = figures.compare(base, _doc(scalar=50.0))
     assert regressions == [] and "scalar 100 -> 50" in improvements[0]
 
 
 def test_guard_fails_on_a_figure_growing_from_zero_and_reports_rows_missing_from_the_baseline():
-    regressions, _, _ = bench.compare(_doc(vector=0.0), _doc(vector=0.5))
+    regressions, _, _ = figures.compare(_doc(vector=0.0), _doc(vector=0.5))
     assert regressions and "vector 0 -> 0.5" in regressions[0]
-    assert bench.compare({"rows": []}, _doc()) == ([], [], ["vlen256 | decode bf16 B=1 seq=1024"])
+    assert figures.compare({"rows": []}, _doc()) == ([], [], ["vlen256 | decode bf16 B=1 seq=1024"])
 
 
 def test_posargs():
-    assert bench.parse_posargs([]) == bench.Options()
-    assert bench.parse_posargs(["--update-baseline", "--jobs=3"]) == bench.Options(True, 3)
-    assert bench.parse_posargs(["--only=decode, vlen128"]).only == ("decode", "vlen128")
+    assert cases.parse_posargs([]) == cases.Options()
+    assert cases.parse_posargs(["--update-baseline", "--jobs=3"]) == cases.Options(True, 3)
+    assert cases.parse_posargs(["--only=decode, vlen128"]).only == ("decode", "vlen128")
     for bad in (["--jobs=0"], ["--jobs=x"], ["--fast"], ["--only="]):
         with pytest.raises(ConfigError):
-            bench.parse_posargs(bad)
+            cases.parse_posargs(bad)
 
 
-def test_readme_section_is_replaced_between_the_markers():
+def test_docs_tables_are_replaced_between_the_markers():
     doc = {"meta": {}, "definitions": "", "rows": []}
-    text = f"intro\n{bench.README_START}\nold table\n{bench.README_END}\noutro\n"
-    new = bench.update_readme(text, doc)
+    text = f"intro\n{render.TABLE_START}\nold table\n{render.TABLE_END}\noutro\n"
+    new = render.update_docs_tables(text, doc)
     assert new.startswith("intro\n") and new.endswith("\noutro\n") and "old table" not in new
     with pytest.raises(ConfigError):
-        bench.update_readme("no markers", doc)
+        render.update_docs_tables("no markers", doc)
 
 
 def test_checked_in_baseline_covers_the_guard_and_only_known_rows():
-    baseline = bench.load_document(bench.BASELINE_FILE)
+    baseline = figures.load_document(figures.BASELINE_FILE)
     keys = {r["key"] for r in baseline["rows"]}
-    assert {bench.row_key(c.name, case) for c in bench.check_configs() for case in c.cases} <= keys
-    assert keys <= {bench.row_key(c.name, case) for c in bench.full_configs() for case in c.cases}
+    assert {cases.row_key(c.name, case) for c in cases.check_configs() for case in c.cases} <= keys
+    assert keys <= {cases.row_key(c.name, case) for c in cases.full_configs() for case in c.cases}
 
 
 # ---- plugin-capable QEMU recipe -----------------------------------------------------------------------
@@ -186,14 +198,14 @@ def test_source_apt_uses_a_deb_src_line():
 
 
 def test_only_selects_rows_by_name_and_a_partial_update_replaces_just_those():
-    picked = bench.select(bench.full_configs(), ["vlen128 | decode int8"])
+    picked = cases.select(cases.full_configs(), ["vlen128 | decode int8"])
     assert [c.name for c in picked] == ["vlen128"]
     assert {c.id.split(" B=")[0] for c in picked[0].cases} == {"decode int8-static", "decode int8-dynamic"}
     with pytest.raises(ConfigError, match="matches no benchmark row"):
-        bench.select(bench.full_configs(), ["no such row"])
+        cases.select(cases.full_configs(), ["no such row"])
     baseline = {"meta": {"commit": "a"}, "rows": [{"key": "x", "v": 1}, {"key": "y", "v": 2}]}
     run = {"meta": {"commit": "b", "date": "d"}, "rows": [{"key": "y", "v": 3}]}
-    merged = bench.merge_into(baseline, run)
+    merged = figures.merge_into(baseline, run)
     assert merged["rows"] == [{"key": "x", "v": 1}, {"key": "y", "v": 3}]
     assert merged["meta"]["commit"] == "a" and merged["meta"]["partial_update"]["commit"] == "b"
 
@@ -201,5 +213,60 @@ def test_only_selects_rows_by_name_and_a_partial_update_replaces_just_those():
 def test_an_update_that_re_measures_every_row_is_the_run_itself():
     baseline = {"meta": {"commit": "a"}, "rows": [{"key": "x", "v": 1}]}
     run = {"meta": {"commit": "b", "date": "d"}, "rows": [{"key": "x", "v": 2}, {"key": "z", "v": 3}]}
-    merged = bench.merge_into(baseline, run)
+    merged = figures.merge_into(baseline, run)
     assert merged["meta"] == run["meta"] and merged["rows"] == run["rows"]
+
+
+# ---- the guard's verdict and the baseline update ------------------------------------------------------
+
+
+def test_guard_reports_improvements_and_fails_on_regressions_or_rows_missing_when_required():
+    lines = []
+    figures.guard(_doc(), _doc(scalar=50.0), require_every_row=True, report=lines.append)
+    assert lines[0].startswith("improved: ") and "no figure grew by more than 2%" in lines[-1]
+    with pytest.raises(DriverError, match=r"1 figures grew by more than 2% against baseline.json:\n  .*raw"):
+        figures.guard(_doc(), _doc(raw=110.0), require_every_row=False, report=lines.append)
+    lines.clear()
+    figures.guard({"rows": []}, _doc(), require_every_row=False, report=lines.append)
+    assert "1 rows have no baseline figures" in lines[0] and "--update-baseline --only=" in lines[0]
+    with pytest.raises(ConfigError, match="no baseline figures"):
+        figures.guard({"rows": []}, _doc(), require_every_row=True, report=lines.append)
+
+
+def test_an_update_without_only_is_the_run_and_with_only_merges_into_the_file(tmp_path):
+    run = {"meta": {"commit": "b", "date": "d"}, "definitions": "", "rows": [{"key": "y", "v": 3}]}
+    assert figures.updated_baseline(run, ()) is run
+    missing = tmp_path / "none.json"
+    assert figures.updated_baseline(run, ("y",), missing)["rows"] == run["rows"]
+    path = tmp_path / "baseline.json"
+    path.write_text(json.dumps({"meta": {"commit": "a"}, "rows": [{"key": "x", "v": 1}, {"key": "y", "v": 2}]}))
+    merged = figures.updated_baseline(run, ("y",), path)
+    assert merged["rows"] == [{"key": "x", "v": 1}, {"key": "y", "v": 3}]
+
+
+def test_write_baseline_checks_the_docs_page_before_writing_anything(tmp_path):
+    doc = figures.empty_document({"commit": "c"})
+    baseline, renderings, page = tmp_path / "baseline.json", tmp_path / "results", tmp_path / "benchmarks.md"
+    with pytest.raises(ConfigError, match="no .*benchmarks.md"):
+        render.write_baseline(doc, baseline, renderings, page)
+    page.write_text("no markers\n")
+    with pytest.raises(ConfigError, match="benchmarks.md has no <!-- bench-table:start -->"):
+        render.write_baseline(doc, baseline, renderings, page)
+    assert not baseline.exists() and not renderings.exists()
+    page.write_text(f"intro\n{render.TABLE_START}\n{render.TABLE_END}\n")
+    written = render.write_baseline(doc, baseline, renderings, page)
+    assert written == [baseline, renderings / "bench.md", page]
+    assert json.loads(baseline.read_text()) == doc and "At VLEN 256:" in page.read_text()
+
+
+def test_the_checked_in_results_are_renderings_of_the_baseline_not_a_copy():
+    baseline = figures.load_document(figures.BASELINE_FILE)
+    assert not (render.BASELINE_RENDERINGS / "bench.json").exists()
+    assert (render.BASELINE_RENDERINGS / "bench.md").read_text() == render.markdown(baseline)
+    assert (render.BASELINE_RENDERINGS / render.PLOT_NAME).exists()
+
+
+def test_guest_cases_label_each_case_after_the_empty_region():
+    config = cases.check_configs()[0]
+    labelled = run.guest_cases(config)
+    assert [c["label"] for c in labelled] == [1, 2] and labelled[0]["id"] == config.cases[0].id

@@ -1,10 +1,10 @@
-"""The cycle estimator's pure parts (ci/cross/cycles.py); the llvm-mca checks are in bench/tests."""
+"""The cycle estimator's pure parts (ci/driver/cycles.py); the llvm-mca checks are in bench/tests."""
 
 from __future__ import annotations
 
 import pytest
 
-from cross import cycles
+from driver import cycles
 
 
 def test_march_becomes_the_attributes_llvm_mca_needs():
@@ -34,8 +34,9 @@ def test_a_vtype_names_its_instruments_and_refuses_what_rvv_has_not():
 
 
 def test_each_block_is_a_region_with_its_own_vtype():
-    text = cycles.region_source([("b0", cycles.VType(32, 8), ["vfmacc.vv v8, v16, v24"]),
-                                 ("b1", None, ["addi a0, a0, 1"])])
+    text = cycles.region_source(
+        [("b0", cycles.VType(32, 8), ["vfmacc.vv v8, v16, v24"]), ("b1", None, ["addi a0, a0, 1"])]
+    )
     lines = text.splitlines()
     assert lines[0] == "# LLVM-MCA-BEGIN b0" and lines[4] == "# LLVM-MCA-END b0"
     assert "# LLVM-MCA-RISCV-LMUL M1" in lines[1:4]

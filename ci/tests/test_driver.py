@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from cross import archive, build, host, paths, runner, sysroot, testrun, vlens
-from cross.errors import CommandFailed, ConfigError
-from cross.proc import run
+from driver import archive, build, host, paths, runner, sysroot, testrun, vlens
+from driver.errors import CommandFailed, ConfigError
+from driver.proc import run
 
 # ---- VLEN table ---------------------------------------------------------------------------------
 
@@ -122,8 +122,9 @@ def test_ubuntu_sources_give_no_debian_archive(tmp_path):
 
 
 def test_os_release_parsing():
-    osr = host.parse_os_release('PRETTY_NAME="Debian GNU/Linux 12 (bookworm)"\nID=debian\nVERSION_ID="12"\n'
-                                "VERSION_CODENAME=bookworm\n")
+    osr = host.parse_os_release(
+        'PRETTY_NAME="Debian GNU/Linux 12 (bookworm)"\nID=debian\nVERSION_ID="12"\nVERSION_CODENAME=bookworm\n'
+    )
     assert (osr.id, osr.version_id, osr.codename, osr.is_debian_family) == ("debian", "12", "bookworm", True)
     assert not host.parse_os_release("ID=fedora\n").is_debian_family
 
@@ -218,16 +219,33 @@ def test_guest_command_maps_python3_into_the_sysroot(tmp_path):
     (tmp_path / "usr/bin").mkdir(parents=True)
     (tmp_path / "usr/bin/python3").symlink_to("python3.13")
     cmd = runner.guest_command(Path("/q/qemu-riscv64"), tmp_path, vlens.by_vlen(128), ["python3", "-c", "1"])
-    assert cmd == ["/q/qemu-riscv64", "-L", str(tmp_path), "-cpu", vlens.by_vlen(128).qemu_cpu(),
-                   str(tmp_path / "usr/bin/python3"), "-c", "1"]
+    assert cmd == [
+        "/q/qemu-riscv64",
+        "-L",
+        str(tmp_path),
+        "-cpu",
+        vlens.by_vlen(128).qemu_cpu(),
+        str(tmp_path / "usr/bin/python3"),
+        "-c",
+        "1",
+    ]
     assert runner.guest_command(Path("/q"), tmp_path, None, ["/abs/prog"])[4:6] == [runner.SCALAR_CPU, "/abs/prog"]
     with pytest.raises(FileNotFoundError, match="gdb"):
         runner.guest_command(Path("/q"), tmp_path, None, ["gdb"])
 
 
 def test_guest_env_drops_the_host_environment():
-    env = runner.guest_env(Path("/stage"), Path("/t"), {"PATH": "/venv/bin", "PYTHONPATH": "/host", "HOME": "/h",
-                                                      "RVV_ATTN_VARIANT": "vlen128", "VIRTUAL_ENV": "/venv"})
+    env = runner.guest_env(
+        Path("/stage"),
+        Path("/t"),
+        {
+            "PATH": "/venv/bin",
+            "PYTHONPATH": "/host",
+            "HOME": "/h",
+            "RVV_ATTN_VARIANT": "vlen128",
+            "VIRTUAL_ENV": "/venv",
+        },
+    )
     assert env["PATH"] == "/usr/bin:/bin" and env["PYTHONPATH"] == "/stage" and env["HOME"] == "/h"
     assert env["RVV_ATTN_VARIANT"] == "vlen128" and "VIRTUAL_ENV" not in env and env["TMPDIR"] == "/t"
 
@@ -250,8 +268,9 @@ def test_only_the_portable_lane_runs_the_portable_build_under_qemu(tmp_path, mon
     seen = {}
     for v in vlens.variants():
         for agnostic in (False, True):
-            _cmd, env = testrun.emulated_pytest(Path("/q"), tmp_path, tmp_path, v, ["tests"], tmp_path / "j.xml",
-                                                agnostic_ones=agnostic)
+            _cmd, env = testrun.emulated_pytest(
+                Path("/q"), tmp_path, tmp_path, v, ["tests"], tmp_path / "j.xml", agnostic_ones=agnostic
+            )
             seen[(v.vlen, agnostic)] = env["RVV_ATTN_TEST_PORTABLE"]
     assert [k for k, flag in seen.items() if flag == "1"] == [(lane, False)]
     assert set(seen.values()) == {"0", "1"}
@@ -267,8 +286,10 @@ def test_junit_parsing(tmp_path):
 
 def test_junit_deselected_count_is_read_from_the_suite_properties(tmp_path):
     xml = tmp_path / "j.xml"
-    xml.write_text('<testsuites><testsuite tests="3" failures="0" errors="0" skipped="0" time="1"><properties>'
-                   '<property name="deselected" value="98"/></properties></testsuite></testsuites>')
+    xml.write_text(
+        '<testsuites><testsuite tests="3" failures="0" errors="0" skipped="0" time="1"><properties>'
+        '<property name="deselected" value="98"/></properties></testsuite></testsuites>'
+    )
     out = testrun.parse_junit(xml)
     assert (out.passed, out.deselected, out.ok) == (3, 98, True)
     assert out.line() == "3 passed, 0 failed, 98 deselected in 1 s"
@@ -276,8 +297,10 @@ def test_junit_deselected_count_is_read_from_the_suite_properties(tmp_path):
 
 def test_a_configuration_that_collected_no_tests_is_not_ok(tmp_path, monkeypatch):
     xml = tmp_path / "j.xml"
-    xml.write_text('<testsuites><testsuite tests="0" failures="0" errors="0" skipped="0" time="0"><properties>'
-                   '<property name="deselected" value="5"/></properties></testsuite></testsuites>')
+    xml.write_text(
+        '<testsuites><testsuite tests="0" failures="0" errors="0" skipped="0" time="0"><properties>'
+        '<property name="deselected" value="5"/></properties></testsuite></testsuites>'
+    )
     out = testrun.parse_junit(xml)
     assert not out.ok and out.line() == "no tests collected (5 deselected)"
     monkeypatch.setattr(testrun, "BUILD_DIR", tmp_path)
@@ -294,12 +317,21 @@ def test_failed_command_reports_command_code_and_output():
 
 # ---- repro matrix -----------------------------------------------------------------------------------
 
-from cross import repro  # noqa: E402
+from driver import repro  # noqa: E402
 
 
 def test_repro_options_are_split_from_pytest_arguments():
-    opts, rest = repro.parse_posargs(["--vlens=128,1024", "--policies=agnostic", "--no-host", "-k", "bf16",
-                                      "tests/test_x.py", "--stop-at-first-failure"])
+    opts, rest = repro.parse_posargs(
+        [
+            "--vlens=128,1024",
+            "--policies=agnostic",
+            "--no-host",
+            "-k",
+            "bf16",
+            "tests/test_x.py",
+            "--stop-at-first-failure",
+        ]
+    )
     assert opts.vlens == [128, 1024] and opts.policies == ["agnostic"] and not opts.host
     assert rest == ["-x", "-k", "bf16", "tests/test_x.py"]
     assert [c.label for c in repro.configurations(opts)] == ["vlen128-agnostic", "vlen1024-agnostic"]
@@ -320,10 +352,14 @@ def test_repro_rejects_bad_options(bad):
 
 def test_repro_matrix_runs_configs_and_reports_failures(tmp_path):
     """Runs real subprocesses that write JUnit XML like pytest does."""
+
     def command_for(config, junit, out_dir):
         fail = config.label == "vlen128-agnostic"
-        case = ('<testcase classname="tests.test_a" name="test_x"><failure message="assert 1 == 2"/></testcase>'
-                if fail else '<testcase classname="tests.test_a" name="test_x"/>')
+        case = (
+            '<testcase classname="tests.test_a" name="test_x"><failure message="assert 1 == 2"/></testcase>'
+            if fail
+            else '<testcase classname="tests.test_a" name="test_x"/>'
+        )
         xml = f'<testsuites><testsuite tests="1">{case}</testsuite></testsuites>'
         return ["sh", "-c", f"printf '%s' '{xml}' > {junit}; exit {1 if fail else 0}"], {"PATH": "/usr/bin:/bin"}
 
@@ -336,17 +372,25 @@ def test_repro_matrix_runs_configs_and_reports_failures(tmp_path):
     assert data["vlen128-agnostic"]["tests"]["tests/test_a.py::test_x"]["status"] == "failed"
 
 
-from cross import demo  # noqa: E402
+from driver import demo  # noqa: E402
 
 
 def test_demo_command_forces_the_sessions_variant_and_labels_the_run_emulated(tmp_path):
     (tmp_path / "usr/bin").mkdir(parents=True)
     (tmp_path / "usr/bin/python3").touch()
     variant = vlens.by_vlen(512)
-    cmd, env = demo.demo_command(Path("/q/qemu-riscv64"), tmp_path, Path("/stage"), variant,
-                                 ["--requests", "2", "--kv-cache", "int8-dynamic"])
+    cmd, env = demo.demo_command(
+        Path("/q/qemu-riscv64"), tmp_path, Path("/stage"), variant, ["--requests", "2", "--kv-cache", "int8-dynamic"]
+    )
     assert cmd[:5] == ["/q/qemu-riscv64", "-L", str(tmp_path), "-cpu", variant.qemu_cpu()]
-    assert cmd[5:] == [str(tmp_path / "usr/bin/python3"), "-m", "rvv_attn.demo", "--requests", "2",
-                       "--kv-cache", "int8-dynamic"]
+    assert cmd[5:] == [
+        str(tmp_path / "usr/bin/python3"),
+        "-m",
+        "rvv_attn.demo",
+        "--requests",
+        "2",
+        "--kv-cache",
+        "int8-dynamic",
+    ]
     assert env["RVV_ATTN_VARIANT"] == "vlen512" and env["RVV_ATTN_QEMU_CPU"] == variant.qemu_cpu()
     assert env["PYTHONPATH"] == "/stage"

@@ -5,9 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from cross import install_test
-from cross.errors import ConfigError
-from cross.vlens import Variant, variants
+
+from driver import install_test
+from driver.errors import ConfigError
+from driver.vlens import Variant, variants
 
 TABLE = (Variant(128), Variant(256))
 
@@ -30,16 +31,22 @@ def test_quick_plan_runs_every_operator_without_v_and_the_runtime_checks_at_one_
         assert (root / path).is_file(), path
     # Between them the selected files call every operator the library registers.
     called = "".join((root / path).read_text() for path in selection)
-    for op in ("decode_set_kv_buffer", "decode_attention_cpu", "extend_attention_cpu",
-               "decode_attention_int8_cpu", "extend_attention_int8_cpu"):
+    for op in (
+        "decode_set_kv_buffer",
+        "decode_attention_cpu",
+        "extend_attention_cpu",
+        "decode_attention_int8_cpu",
+        "extend_attention_int8_cpu",
+    ):
         assert op in called, op
 
 
 def test_options_are_split_from_pytest_arguments(tmp_path):
     wheel = tmp_path / "rvv_attn-1.0-py3-none-manylinux_2_39_riscv64.whl"
     wheel.write_bytes(b"")
-    opts, rest = install_test.parse_posargs(["--configs=vlen256,novector", f"--wheel={tmp_path}", "-x", "tests/a"],
-                                            TABLE)
+    opts, rest = install_test.parse_posargs(
+        ["--configs=vlen256,novector", f"--wheel={tmp_path}", "-x", "tests/a"], TABLE
+    )
     assert [c.name for c in opts.configs] == ["vlen256", "novector"]
     assert opts.wheel == wheel  # a folder means its one release wheel
     assert rest == ["-x", "tests/a"]
@@ -48,11 +55,14 @@ def test_options_are_split_from_pytest_arguments(tmp_path):
     assert rest == ["-k", "x"]
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--configs=vlen4096"], "unknown configuration vlen4096; known: novector, vlen128, vlen256"),
-    (["--configs="], "--configs needs a value"),
-    (["--wheel=/nonexistent/x.whl"], "no such file or folder"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--configs=vlen4096"], "unknown configuration vlen4096; known: novector, vlen128, vlen256"),
+        (["--configs="], "--configs needs a value"),
+        (["--wheel=/nonexistent/x.whl"], "no such file or folder"),
+    ],
+)
 def test_bad_options_say_what_is_known(args, message):
     with pytest.raises(ConfigError, match=message):
         install_test.parse_posargs(args, TABLE)
@@ -64,8 +74,14 @@ def test_guest_commands_install_without_an_index_and_test_without_the_checkout(t
     (root / "usr/bin/python3").touch()
     create = install_test.create_venv_command(qemu, root, venv)
     assert create[:5] == [str(qemu), "-L", str(root), "-cpu", "rv64,v=false"]
-    assert create[5:] == [str(root / "usr/bin/python3"), "-m", "venv", "--system-site-packages", "--without-pip",
-                          str(venv)]
+    assert create[5:] == [
+        str(root / "usr/bin/python3"),
+        "-m",
+        "venv",
+        "--system-site-packages",
+        "--without-pip",
+        str(venv),
+    ]
     pip = install_test.pip_install_command(qemu, root, venv, Path("dist/w.whl"))
     assert pip[5:9] == [str(venv / "bin/python3"), "-m", "pip", "install"] and "--no-index" in pip
     assert pip[-1] == "dist/w.whl"

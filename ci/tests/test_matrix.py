@@ -1,4 +1,4 @@
-"""The emulated matrix of `nox -t test` (ci/cross/matrix.py) and the summary's timings (no QEMU)."""
+"""The emulated matrix of `nox -t test` (ci/driver/matrix.py) and the summary's timings (no QEMU)."""
 
 from __future__ import annotations
 
@@ -8,15 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from cross import matrix, testrun, vlens
-from cross.errors import ConfigError
-from cross.repro import Config
+from driver import matrix, testrun, vlens
+from driver.errors import ConfigError
+from driver.repro import Config
 
 
 def test_every_vlen_and_every_agnostic_lane_is_a_configuration():
     labels = [c.label for c in matrix.configurations()]
     assert labels[: len(vlens.variants())] == [v.name for v in vlens.variants()]
-    assert labels[len(vlens.variants()):] == [f"vlen{v}-agnostic" for v in vlens.agnostic_lane()]
+    assert labels[len(vlens.variants()) :] == [f"vlen{v}-agnostic" for v in vlens.agnostic_lane()]
     # The same labels (and results folders) as the single sessions of each configuration.
     assert matrix.label(Config(512)) == "test-vlen512"
     assert matrix.label(Config(1024, True)) == "test-vlen1024-agnostic"
@@ -61,7 +61,7 @@ def test_order_is_longest_first_and_unmeasured_configurations_by_their_usual_cos
     # The portable lane (two builds' tests) first, then the agnostic lanes, the larger VLENs before the smaller.
     assert static[0] == f"vlen{vlens.portable_lane()}"
     agnostic = [label for label in static if label.endswith("-agnostic")]
-    assert static[1: 1 + len(agnostic)] == agnostic
+    assert static[1 : 1 + len(agnostic)] == agnostic
     measured = {"test-vlen256": 300.0, "test-vlen512": 100.0, "test-vlen128": 200.0}
     ordered = [c.label for c in matrix.order([Config(128), Config(256), Config(512)], measured)]
     assert ordered == ["vlen256", "vlen128", "vlen512"]
@@ -80,15 +80,20 @@ def test_recorded_seconds_come_from_the_last_summaries(tmp_path):
 
 def _fake_pytest(fail: set[str], crash: set[str]):
     """Commands that write JUnit XML as pytest does (one passing or failing case), or crash without any."""
+
     def command_for(config, junit, out_dir):
         if config.label in crash:
             return ["sh", "-c", "echo Segmentation fault; exit 139"], {"PATH": "/usr/bin:/bin"}
         failed = config.label in fail
-        case = ('<testcase classname="tests.test_a" name="test_x" time="2.5"><failure message="assert 1 == 2"/>'
-                '</testcase>' if failed else '<testcase classname="tests.test_a" name="test_x" time="2.5"/>')
+        case = (
+            '<testcase classname="tests.test_a" name="test_x" time="2.5"><failure message="assert 1 == 2"/></testcase>'
+            if failed
+            else '<testcase classname="tests.test_a" name="test_x" time="2.5"/>'
+        )
         case += '<testcase classname="tests.test_b" name="test_y" time="0.5"/>'
         xml = f'<testsuites><testsuite tests="2" failures="{int(failed)}" time="3">{case}</testsuite></testsuites>'
         return ["sh", "-c", f"printf '%s' '{xml}' > {junit}; exit {int(failed)}"], {"PATH": "/usr/bin:/bin"}
+
     return command_for
 
 
@@ -140,12 +145,14 @@ def test_a_configuration_that_ran_no_test_is_not_ok(results_in_tmp):
 
 def test_slowest_files_add_up_their_cases(tmp_path):
     junit = tmp_path / "junit.xml"
-    junit.write_text('<testsuites><testsuite tests="4">'
-                     '<testcase classname="tests.test_a" name="t1" time="1.5"/>'
-                     '<testcase classname="tests.test_a" name="t2" time="2.0"/>'
-                     '<testcase classname="tests.test_b.TestGroup" name="t3" time="4.0"/>'
-                     '<testcase classname="tests.test_c" name="t4" time="0.1"/>'
-                     '</testsuite></testsuites>')
+    junit.write_text(
+        '<testsuites><testsuite tests="4">'
+        '<testcase classname="tests.test_a" name="t1" time="1.5"/>'
+        '<testcase classname="tests.test_a" name="t2" time="2.0"/>'
+        '<testcase classname="tests.test_b.TestGroup" name="t3" time="4.0"/>'
+        '<testcase classname="tests.test_c" name="t4" time="0.1"/>'
+        "</testsuite></testsuites>"
+    )
     assert testrun.slowest_files(junit, 2) == [("tests/test_b.py", 4.0), ("tests/test_a.py", 3.5)]
     assert testrun.slowest_files(tmp_path / "absent.xml") == []
 
@@ -170,13 +177,13 @@ def test_durations_read_as_minutes_and_seconds(seconds, text):
 
 def test_the_single_vlen_sessions_leave_the_test_tag_to_test_emulated():
     noxfile = (Path(__file__).resolve().parents[2] / "noxfile.py").read_text()
-    assert '@nox.session(name="test-emulated", tags=["test"])' in noxfile
-    assert '@nox.session(name=f"test-{variant.name}")' in noxfile  # no tag: -t test would run it twice
+    assert '@_session(name="test-emulated", tags=["test"], timed=True)' in noxfile
+    assert '@_session(name=f"test-{variant.name}", timed=True, doc=' in noxfile  # no tag: -t test would run it twice
     assert 'tags=["agnostic"]' in noxfile
 
 
 def test_byte_compile_starts_with_the_largest_trees(tmp_path):
-    from cross import sysroot
+    from driver import sysroot
 
     for name, files in (("small", 1), ("large", 5), ("medium", 3)):
         for i in range(files):
@@ -187,7 +194,7 @@ def test_byte_compile_starts_with_the_largest_trees(tmp_path):
 
 
 def test_only_a_stage_unpacked_from_a_wheel_counts_as_having_metadata(tmp_path):
-    from cross import build
+    from driver import build
 
     (tmp_path / "rvv_attn").mkdir()
     assert not build.stage_has_metadata(tmp_path)  # what stage_tree alone leaves

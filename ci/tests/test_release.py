@@ -1,4 +1,4 @@
-"""The release artefacts: wheel names and tags, auditwheel's arguments, the sdist sync, the checks, the version scheme."""
+"""The release artefacts: wheel names and tags, auditwheel's arguments, the sdist sync, the checks, the versions."""
 
 from __future__ import annotations
 
@@ -11,8 +11,9 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from cross import release
-from cross.errors import CrossError
+
+from driver import release
+from driver.errors import DriverError
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -63,7 +64,7 @@ def test_sync_sdist_refuses_paths_outside_the_tree(tmp_path):
         info = tarfile.TarInfo("rvv_attn-1.0/../../evil")
         info.size = 1
         tar.addfile(info, io.BytesIO(b"x"))
-    with pytest.raises(CrossError, match="unsafe path"):
+    with pytest.raises(DriverError, match="unsafe path"):
         release.sync_sdist(bad, tmp_path / "src")
     assert not (tmp_path / "evil").exists()
 
@@ -81,12 +82,16 @@ def shared_libraries(tmp_path_factory) -> tuple[bytes, bytes]:
 
 def test_section_names_match_llvm_readelf(shared_libraries, tmp_path):
     (tmp_path / "lib.so").write_bytes(shared_libraries[0])
-    out = subprocess.run(["llvm-readelf-19", "-S", "-W", tmp_path / "lib.so"], capture_output=True, text=True,
-                         check=True).stdout
-    listed = [line.split("]", 1)[1].split()[0] for line in out.splitlines() if line.strip().startswith("[")
-              and "]" in line and not line.strip().startswith("[Nr]")]
+    out = subprocess.run(
+        ["llvm-readelf-19", "-S", "-W", tmp_path / "lib.so"], capture_output=True, text=True, check=True
+    ).stdout
+    listed = [
+        line.split("]", 1)[1].split()[0]
+        for line in out.splitlines()
+        if line.strip().startswith("[") and "]" in line and not line.strip().startswith("[Nr]")
+    ]
     assert release.section_names(shared_libraries[0])[1:] == listed[1:]
-    with pytest.raises(CrossError, match="not a little-endian 64-bit ELF"):
+    with pytest.raises(DriverError, match="not a little-endian 64-bit ELF"):
         release.section_names(b"#!/bin/sh\n")
 
 
@@ -105,8 +110,12 @@ def _wheel(path: Path, files: dict[str, bytes]) -> Path:
 
 
 def _good_files(library: bytes) -> dict[str, bytes]:
-    return {"rvv_attn/__init__.py": b"", "rvv_attn/_version.py": b"", "rvv_attn/_build_info.py": b"",
-            release.LIBRARY: library}
+    return {
+        "rvv_attn/__init__.py": b"",
+        "rvv_attn/_version.py": b"",
+        "rvv_attn/_build_info.py": b"",
+        release.LIBRARY: library,
+    }
 
 
 def test_release_wheel_check_accepts_a_good_wheel(tmp_path, shared_libraries):
@@ -114,16 +123,23 @@ def test_release_wheel_check_accepts_a_good_wheel(tmp_path, shared_libraries):
     assert release.check_release_wheel(wheel, "1.0").manylinux_glibc == (2, 39)
 
 
-@pytest.mark.parametrize("name, extra, library, expected", [
-    ("rvv_attn-1.0-py3-none-linux_riscv64.whl", {}, 1, "not tagged py3-none-manylinux"),
-    ("rvv_attn-1.0-py3-none-manylinux_2_39_riscv64.whl", {"rvv_attn.libs/libgomp-1234.so.1": b""}, 1,
-     "holds libraries other than"),
-    ("rvv_attn-1.0-py3-none-manylinux_2_39_riscv64.whl", {}, 0, "is not stripped"),
-    ("rvv_attn-1.1-py3-none-manylinux_2_39_riscv64.whl", {}, 1, "has version 1.1, but the sdist has 1.0"),
-])
+@pytest.mark.parametrize(
+    "name, extra, library, expected",
+    [
+        ("rvv_attn-1.0-py3-none-linux_riscv64.whl", {}, 1, "not tagged py3-none-manylinux"),
+        (
+            "rvv_attn-1.0-py3-none-manylinux_2_39_riscv64.whl",
+            {"rvv_attn.libs/libgomp-1234.so.1": b""},
+            1,
+            "holds libraries other than",
+        ),
+        ("rvv_attn-1.0-py3-none-manylinux_2_39_riscv64.whl", {}, 0, "is not stripped"),
+        ("rvv_attn-1.1-py3-none-manylinux_2_39_riscv64.whl", {}, 1, "has version 1.1, but the sdist has 1.0"),
+    ],
+)
 def test_release_wheel_check_says_what_is_wrong(tmp_path, shared_libraries, name, extra, library, expected):
     wheel = _wheel(tmp_path / name, {**_good_files(shared_libraries[library]), **extra})
-    with pytest.raises(CrossError, match=expected):
+    with pytest.raises(DriverError, match=expected):
         release.check_release_wheel(wheel, "1.0")
 
 
@@ -131,33 +147,38 @@ def test_release_wheel_check_wants_the_generated_files(tmp_path, shared_librarie
     files = _good_files(shared_libraries[1])
     del files["rvv_attn/_build_info.py"]
     wheel = _wheel(tmp_path / "rvv_attn-1.0-py3-none-manylinux_2_39_riscv64.whl", files)
-    with pytest.raises(CrossError, match="lacks rvv_attn/_build_info.py"):
+    with pytest.raises(DriverError, match="lacks rvv_attn/_build_info.py"):
         release.check_release_wheel(wheel)
 
 
 def test_tag_must_match_the_version():
     release.check_tag("v0.2.0", "0.2.0")
-    with pytest.raises(CrossError, match="tag v0.2.0 does not match the artefacts' version 0.2.1.dev1"):
+    with pytest.raises(DriverError, match="tag v0.2.0 does not match the artefacts' version 0.2.1.dev1"):
         release.check_tag("v0.2.0", "0.2.1.dev1")
     assert release.parse_tag_option(["--tag=v1.0.0"]) == "v1.0.0"
-    with pytest.raises(CrossError, match="expected --tag=vX.Y.Z"):
+    with pytest.raises(DriverError, match="expected --tag=vX.Y.Z"):
         release.parse_tag_option([])
 
 
 def test_dist_must_hold_exactly_one_release(tmp_path):
-    with pytest.raises(CrossError, match="expected one manylinux riscv64 wheel .* found nothing"):
+    with pytest.raises(DriverError, match="expected one manylinux riscv64 wheel .* found nothing"):
         release.release_wheel(tmp_path)
     (tmp_path / "rvv_attn-1.0.tar.gz").write_bytes(b"")
     (tmp_path / "rvv_attn-0.9.tar.gz").write_bytes(b"")
-    with pytest.raises(CrossError, match="found rvv_attn-0.9.tar.gz, rvv_attn-1.0.tar.gz"):
+    with pytest.raises(DriverError, match="found rvv_attn-0.9.tar.gz, rvv_attn-1.0.tar.gz"):
         release.release_sdist(tmp_path)
     release.clear_artifacts(tmp_path)
     assert list(tmp_path.iterdir()) == []
 
 
 def _git(repo: Path, *args: str) -> None:
-    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.invalid",
-           "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.invalid"}
+    env = {
+        **os.environ,
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@example.invalid",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@example.invalid",
+    }
     subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, env=env)
 
 
@@ -165,6 +186,7 @@ def test_version_scheme_gives_the_tag_on_a_tag_and_dev_n_between_tags(tmp_path):
     """The project's own [tool.setuptools_scm] settings, applied to a throw-away repository."""
     import setuptools_scm  # a build requirement, installed in every session that builds
     import tomllib
+
     settings = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools_scm"]
     assert settings["local_scheme"] == "no-local-version"
     _git(tmp_path, "init", "-q")

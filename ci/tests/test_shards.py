@@ -1,4 +1,4 @@
-"""Splitting one configuration's suite over several processes (ci/cross/shards.py), without QEMU."""
+"""Splitting one configuration's suite over several processes (ci/driver/shards.py), without QEMU."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from cross import shards, testrun
-from cross.errors import ConfigError
+from driver import shards, testrun
+from driver.errors import ConfigError
 
 
 def _tree(root: Path, *files: str) -> None:
@@ -64,8 +64,14 @@ def test_an_unknown_file_weighs_the_median_of_the_known_ones():
 
 
 def _junit(path: Path, cases: dict[str, float], failures: int = 0, deselected: int = 0) -> None:
-    suite = ET.Element("testsuite", tests=str(len(cases)), failures=str(failures), errors="0", skipped="0",
-                       time=str(sum(cases.values())))
+    suite = ET.Element(
+        "testsuite",
+        tests=str(len(cases)),
+        failures=str(failures),
+        errors="0",
+        skipped="0",
+        time=str(sum(cases.values())),
+    )
     props = ET.SubElement(suite, "properties")
     ET.SubElement(props, "property", name="deselected", value=str(deselected))
     for name, secs in cases.items():
@@ -103,8 +109,10 @@ def test_shards_run_at_once_and_each_keeps_its_log(tmp_path):
 
 def test_summary_lines_take_the_failures_or_the_final_line(tmp_path):
     log = tmp_path / "pytest.log"
-    log.write_text("tests/test_a.py ..F [100%]\n=== short test summary info ===\nFAILED tests/test_a.py::t - x\n"
-                   "=== 1 failed, 2 passed in 3.00s ===\n")
+    log.write_text(
+        "tests/test_a.py ..F [100%]\n=== short test summary info ===\nFAILED tests/test_a.py::t - x\n"
+        "=== 1 failed, 2 passed in 3.00s ===\n"
+    )
     assert shards.summary_lines(log, failures=True)[1].startswith("FAILED")
     assert shards.summary_lines(log, failures=False) == ["=== 1 failed, 2 passed in 3.00s ==="]
     assert shards.progress(log) == "100%"

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from cross import build, warm, vlens
-from cross.errors import ConfigError
+from driver import build, vlens, warm
+from driver.errors import ConfigError
 
 CPU = vlens.by_vlen(256).qemu_cpu()
 
@@ -40,10 +40,22 @@ def server(tmp_path: Path, fake_root: Path):
     target = warm.Target(256)
     env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}
     info = warm.identity(target, Path("/q/qemu-riscv64"), fake_root, env)
-    cmd = [sys.executable, str(warm.GUEST_SCRIPT), "--socket", str(target.socket_path(warm_dir)),
-           "--idle-timeout", "60", "--preload", "json", "--info", json.dumps(info)]
+    cmd = [
+        sys.executable,
+        str(warm.GUEST_SCRIPT),
+        "--socket",
+        str(target.socket_path(warm_dir)),
+        "--idle-timeout",
+        "60",
+        "--preload",
+        "json",
+        "--info",
+        json.dumps(info),
+    ]
     log = (warm_dir / "server.log").open("w")
-    proc = subprocess.Popen(cmd, env={**env, "ONLY_IN_THE_SERVER": "1"}, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    proc = subprocess.Popen(
+        cmd, env={**env, "ONLY_IN_THE_SERVER": "1"}, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+    )
     deadline = time.monotonic() + 30
     while warm.ping(target.socket_path(warm_dir)) is None:
         assert proc.poll() is None, (warm_dir / "server.log").read_text()
@@ -77,14 +89,21 @@ def test_route_leaves_other_commands_cold(server, fake_root):
     other_cpu[4] = vlens.by_vlen(128).qemu_cpu()
     gdb = _cold(fake_root, "-c", "1")
     gdb[1:1] = ["-g", "1234"]
-    for cold in (other_cpu, gdb, _cold(fake_root, "-X", "dev", "-c", "1"), _cold(fake_root, "-c"),
-                 ["/q/qemu-riscv64", "-L", str(fake_root), "-cpu", CPU, "/bin/true"]):
+    for cold in (
+        other_cpu,
+        gdb,
+        _cold(fake_root, "-X", "dev", "-c", "1"),
+        _cold(fake_root, "-c"),
+        ["/q/qemu-riscv64", "-L", str(fake_root), "-cpu", CPU, "/bin/true"],
+    ):
         assert warm.route(cold, env, warm_dir) == cold
     # A start-up variable the target was not started with: cold.
     assert warm.route(_cold(fake_root, "-c", "1"), {**env, "OMP_NUM_THREADS": "1"}, warm_dir)[0] == "/q/qemu-riscv64"
     # ... while per-request variables are fine.
-    assert warm.route(_cold(fake_root, "-c", "1"), {**env, "PYTHONPATH": "/x", "RVV_ATTN_X": "1"},
-                      warm_dir)[0] == sys.executable
+    assert (
+        warm.route(_cold(fake_root, "-c", "1"), {**env, "PYTHONPATH": "/x", "RVV_ATTN_X": "1"}, warm_dir)[0]
+        == sys.executable
+    )
 
 
 def test_nothing_running_means_cold(tmp_path, fake_root):
@@ -96,9 +115,11 @@ def test_request_gets_the_callers_cwd_env_args_and_exit_status(server, fake_root
     warm_dir, env, _ = server
     (tmp_path / "work").mkdir()
     script = tmp_path / "work" / "prog.py"
-    script.write_text("import os, sys\nprint(os.getcwd(), os.environ['WHO'], sys.argv[1:], sys.path[0], "
-                      "os.environ.get('ONLY_IN_THE_SERVER'))\n"
-                      "sys.exit(int(sys.argv[1]))\n")
+    script.write_text(
+        "import os, sys\nprint(os.getcwd(), os.environ['WHO'], sys.argv[1:], sys.path[0], "
+        "os.environ.get('ONLY_IN_THE_SERVER'))\n"
+        "sys.exit(int(sys.argv[1]))\n"
+    )
     req_env = {**env, "WHO": "me", "PYTHONPATH": str(tmp_path)}
     done = _run(warm.route(_cold(fake_root, str(script), "7"), req_env, warm_dir), req_env, tmp_path / "work")
     assert done.returncode == 7
@@ -119,10 +140,11 @@ def test_module_form_sees_pythonpath_and_raises_like_python(server, fake_root, t
 
 def test_a_child_never_sees_another_childs_state(server, fake_root, tmp_path):
     warm_dir, env, _ = server
-    mutate = ("import json, os, sys; json.dumps = None; os.environ['LEAK'] = '1'; sys.modules['leaked'] = json; "
-              "open('f', 'w').close(); print(os.getpid())")
-    look = ("import json, os, sys; print(json.dumps([os.environ.get('LEAK'), 'leaked' in sys.modules]), "
-            "os.getpid())")
+    mutate = (
+        "import json, os, sys; json.dumps = None; os.environ['LEAK'] = '1'; sys.modules['leaked'] = json; "
+        "open('f', 'w').close(); print(os.getpid())"
+    )
+    look = "import json, os, sys; print(json.dumps([os.environ.get('LEAK'), 'leaked' in sys.modules]), os.getpid())"
     first = _run(warm.route(_cold(fake_root, "-c", mutate), env, warm_dir), env, tmp_path)
     second = _run(warm.route(_cold(fake_root, "-c", look), env, warm_dir), env, tmp_path)
     assert first.returncode == second.returncode == 0, first.stderr + second.stderr
@@ -133,8 +155,11 @@ def test_a_child_never_sees_another_childs_state(server, fake_root, tmp_path):
 
 def test_a_crash_is_that_requests_signal_and_the_target_keeps_serving(server, fake_root, tmp_path):
     warm_dir, env, proc = server
-    crash = _run(warm.route(_cold(fake_root, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGSEGV)"),
-                            env, warm_dir), env, tmp_path)
+    crash = _run(
+        warm.route(_cold(fake_root, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGSEGV)"), env, warm_dir),
+        env,
+        tmp_path,
+    )
     assert crash.returncode == -signal.SIGSEGV
     assert "killed by signal SIGSEGV (11)" in crash.stderr
     again = _run(warm.route(_cold(fake_root, "-c", "print('alive')"), env, warm_dir), env, tmp_path)
@@ -155,17 +180,28 @@ def test_ctrl_c_reaches_the_request(server, fake_root, tmp_path):
 
 def test_stdout_is_block_buffered_into_a_pipe_and_stderr_line_buffered(server, fake_root, tmp_path):
     warm_dir, env, _ = server
-    code = ("import sys; print(sys.stdout.line_buffering, sys.stderr.line_buffering, sys.stdout.isatty(), "
-            "sys.stdin.read())")
-    done = subprocess.run(warm.route(_cold(fake_root, "-c", code), env, warm_dir), env=env, input="in",
-                          capture_output=True, text=True, timeout=60)
+    code = (
+        "import sys; print(sys.stdout.line_buffering, sys.stderr.line_buffering, sys.stdout.isatty(), sys.stdin.read())"
+    )
+    done = subprocess.run(
+        warm.route(_cold(fake_root, "-c", code), env, warm_dir),
+        env=env,
+        input="in",
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.stdout == "False True False in\n"
 
 
 def test_idle_target_exits_and_removes_its_socket(tmp_path):
     sock = tmp_path / "t.sock"
-    proc = subprocess.run([sys.executable, str(warm.GUEST_SCRIPT), "--socket", str(sock), "--idle-timeout", "1",
-                           "--preload", ""], capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, str(warm.GUEST_SCRIPT), "--socket", str(sock), "--idle-timeout", "1", "--preload", ""],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 0 and "idle for" in proc.stdout
     assert not sock.exists()
 
@@ -216,7 +252,7 @@ def test_cross_wheel_args_pass_the_vlens_and_the_compiler_cache():
 def test_full_build_is_current_only_with_nothing_to_compile_and_a_newer_wheel(tmp_path, monkeypatch):
     tree = build.cross_tree(build_dir=tmp_path)
     fake_ninja = tmp_path / "ninja"
-    fake_ninja.write_text("#!/bin/sh\necho \"$NINJA_SAYS\"\n")
+    fake_ninja.write_text('#!/bin/sh\necho "$NINJA_SAYS"\n')
     fake_ninja.chmod(0o755)
     assert not build.is_current(tree, str(fake_ninja))  # no wheel
     tree.build.mkdir()
@@ -267,8 +303,12 @@ def test_staging_a_tree_copies_the_package_and_library_and_drops_stale_files(tmp
     with zipfile.ZipFile(tree.wheels / f"rvv_attn-0.1.dev1-{build.RISCV_WHEEL_TAG}.whl", "w") as zf:
         zf.writestr("rvv_attn/_version.py", "version = '0.1.dev1'\n")
     stage = build.stage_tree(tree, package)
-    assert sorted(p.name for p in (stage / "rvv_attn").iterdir()) == \
-        ["__init__.py", "_build_info.py", "_version.py", build.LIBRARY]
+    assert sorted(p.name for p in (stage / "rvv_attn").iterdir()) == [
+        "__init__.py",
+        "_build_info.py",
+        "_version.py",
+        build.LIBRARY,
+    ]
     assert (stage / "rvv_attn" / "_version.py").read_text() == "version = '0.1.dev1'\n"
     inode = (stage / "rvv_attn" / build.LIBRARY).stat().st_ino
     (tree.build / build.LIBRARY).write_bytes(b"v2")

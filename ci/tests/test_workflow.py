@@ -9,7 +9,8 @@ import sys
 from pathlib import Path
 
 import yaml
-from cross import ci_matrix, install_test, vlens
+
+from driver import ci_matrix, install_test, vlens
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKFLOW = ROOT / ".github/workflows/ci.yml"
@@ -62,8 +63,9 @@ def test_matrix_jobs_take_their_rows_from_the_matrix_job():
     for job, output in (("emulated", "emulated"), ("install-test", "install")):
         assert jobs[job]["strategy"]["matrix"] == f"${{{{ fromJSON(needs.matrix.outputs.{output}) }}}}"
     emulated_run = [s["run"] for s in jobs["emulated"]["steps"] if "run" in s]
-    assert emulated_run == ["./ci/nox -s test-vlen${{ matrix.vlen }}"
-                            "${{ matrix.policy == 'agnostic' && '-agnostic' || '' }}"]
+    assert emulated_run == [
+        "./ci/nox -s test-vlen${{ matrix.vlen }}${{ matrix.policy == 'agnostic' && '-agnostic' || '' }}"
+    ]
     install_run = [s["run"] for s in jobs["install-test"]["steps"] if "run" in s]
     assert install_run == ["./ci/nox -s install-test -- --configs=${{ matrix.config }} --wheel=dist"]
     no_v_run = [s["run"] for s in jobs["no-vector"]["steps"] if "run" in s]
@@ -72,7 +74,7 @@ def test_matrix_jobs_take_their_rows_from_the_matrix_job():
 
 def test_every_job_runs_nox_sessions_and_caches_by_the_manifests():
     jobs = _workflow()["jobs"]
-    manifests = ("'toolchains/sysroot.json'", "'toolchains/qemu.lock.json'", "'ci/cross/sysroot.py'")
+    manifests = ("'toolchains/sysroot.json'", "'toolchains/qemu.lock.json'", "'ci/driver/sysroot.py'")
     for name, job in jobs.items():
         runs = [s["run"] for s in job["steps"] if "run" in s]
         assert runs and runs[0].startswith("./ci/nox -s "), f"job {name} runs no nox session first: {runs}"

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from cross import qemu as qemu_pin
-from cross import sysroot as sysroot_recipe
-from cross import vlens
+from driver import qemu as qemu_pin
+from driver import sysroot as sysroot_recipe
+from driver import vlens
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
@@ -96,8 +96,18 @@ def test_touching_one_kernel_file_recompiles_only_its_objects(cross_build_dir):
 
 
 def _compile_snippet(sysroot: Path, out: Path) -> Path:
-    sh("clang-19", "--target=riscv64-linux-gnu", f"--sysroot={sysroot}", "-march=rv64gcv", "-mabi=lp64d", "-O2",
-       "-fuse-ld=lld", HERE / "tail_policy.c", "-o", out)
+    sh(
+        "clang-19",
+        "--target=riscv64-linux-gnu",
+        f"--sysroot={sysroot}",
+        "-march=rv64gcv",
+        "-mabi=lp64d",
+        "-O2",
+        "-fuse-ld=lld",
+        HERE / "tail_policy.c",
+        "-o",
+        out,
+    )
     return out
 
 

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from cross import build, repro, testrun, vlens, warm
+from driver import build, repro, testrun, vlens, warm
 
 VLENS = (128, 256)
-PROBE = '''\
+PROBE = """\
 import os
 
 import rvv_attn
@@ -45,9 +45,11 @@ def test_leaves_global_state_behind():
     os.environ["RVV_ATTN_PROBE_LEAK"] = "1"
     torch.set_num_threads(1)
     torch.manual_seed(1234)
-'''
-STATE = ("import os, rvv_attn, torch; print(rvv_attn.runtime_info()['active_variant'], "
-         "os.environ.get('RVV_ATTN_PROBE_LEAK'), torch.get_num_threads(), torch.initial_seed())")
+"""
+STATE = (
+    "import os, rvv_attn, torch; print(rvv_attn.runtime_info()['active_variant'], "
+    "os.environ.get('RVV_ATTN_PROBE_LEAK'), torch.get_num_threads(), torch.initial_seed())"
+)
 
 
 @pytest.fixture(scope="module")
@@ -62,8 +64,9 @@ def setup(qemu, sysroot, wheel, tmp_path_factory):
 
 
 def _pytest_cmd(qemu: Path, sysroot: Path, stage: Path, vlen: int, junit: Path) -> tuple[list[str], dict[str, str]]:
-    return testrun.emulated_pytest(qemu, sysroot, stage, vlens.by_vlen(vlen), ["-p", "no:cacheprovider", "-q",
-                                                                               "test_probe.py"], junit)
+    return testrun.emulated_pytest(
+        qemu, sysroot, stage, vlens.by_vlen(vlen), ["-p", "no:cacheprovider", "-q", "test_probe.py"], junit
+    )
 
 
 def _run(cmd: list[str], env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess:
@@ -99,9 +102,18 @@ def test_warm_and_cold_runs_agree_at_each_vlen(qemu, sysroot, setup):
         assert hot.returncode == cold[vlen].returncode
         outcomes[vlen] = (hot.returncode, {t.rsplit("::", 1)[-1]: c.status for t, c in warm_cases.items()})
     # The selection does tell the VLENs apart, in both kinds of run.
-    assert outcomes[128] == (0, dict.fromkeys(["test_vlen_is_128", "test_the_cpus_rvv_variant_is_active",
-                                               "test_kernel_runs_at_this_vlen", "test_leaves_global_state_behind"],
-                                              "passed"))
+    assert outcomes[128] == (
+        0,
+        dict.fromkeys(
+            [
+                "test_vlen_is_128",
+                "test_the_cpus_rvv_variant_is_active",
+                "test_kernel_runs_at_this_vlen",
+                "test_leaves_global_state_behind",
+            ],
+            "passed",
+        ),
+    )
     assert outcomes[256][0] == 1 and outcomes[256][1]["test_vlen_is_128"] == "failed"
     assert [s for name, s in outcomes[256][1].items() if name != "test_vlen_is_128"] == ["passed"] * 3
 
@@ -112,8 +124,11 @@ def test_a_request_never_sees_what_an_earlier_one_changed(qemu, sysroot, setup):
     cmd, env = _pytest_cmd(qemu, sysroot, stage, 256, base / "again.xml")
     cmd[-1] += "::test_leaves_global_state_behind"
     assert _run(warm.route(cmd, env, base / "warm"), env, base / "probe").returncode == 0
-    look = warm.route(testrun.emulated_pytest(qemu, sysroot, stage, vlens.by_vlen(256), [], base / "x.xml")[0][:6]
-                      + ["-c", STATE], env, base / "warm")
+    look = warm.route(
+        testrun.emulated_pytest(qemu, sysroot, stage, vlens.by_vlen(256), [], base / "x.xml")[0][:6] + ["-c", STATE],
+        env,
+        base / "warm",
+    )
     assert look[1] == str(warm.CLIENT_SCRIPT)
     seen = [_run(look, env, base) for _ in range(2)]
     assert [s.returncode for s in seen] == [0, 0], seen[0].stderr + seen[1].stderr

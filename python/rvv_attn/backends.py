@@ -30,8 +30,16 @@ import torch
 from .batch import ForwardBatch, ForwardMode
 from .pools import Int8KVPool, KVPool
 
-__all__ = ["AttentionLayer", "AttentionBackend", "RVVAttnBackend", "TorchNativeBackend", "BACKENDS",
-           "BackendUnavailableError", "make_backend", "operator_window"]
+__all__ = [
+    "AttentionLayer",
+    "AttentionBackend",
+    "RVVAttnBackend",
+    "TorchNativeBackend",
+    "BACKENDS",
+    "BackendUnavailableError",
+    "make_backend",
+    "operator_window",
+]
 
 
 class BackendUnavailableError(RuntimeError):
@@ -55,12 +63,16 @@ class AttentionLayer:
 
     def __post_init__(self) -> None:
         if self.sliding_window_size < -1:
-            raise ValueError(f"layer {self.layer_id}: sliding_window_size = {self.sliding_window_size} must be >= 0 "
-                             "(previous tokens a query sees), or -1 for no window")
+            raise ValueError(
+                f"layer {self.layer_id}: sliding_window_size = {self.sliding_window_size} must be >= 0 "
+                "(previous tokens a query sees), or -1 for no window"
+            )
         if self.sinks is not None and (self.sinks.shape != (self.num_heads,) or not self.sinks.is_floating_point()):
-            raise ValueError(f"layer {self.layer_id}: sinks must be a floating-point tensor of shape "
-                             f"[{self.num_heads}] (one per query head), got {self.sinks.dtype} "
-                             f"{list(self.sinks.shape)}")
+            raise ValueError(
+                f"layer {self.layer_id}: sinks must be a floating-point tensor of shape "
+                f"[{self.num_heads}] (one per query head), got {self.sinks.dtype} "
+                f"{list(self.sinks.shape)}"
+            )
 
 
 def operator_window(layer: AttentionLayer) -> int:
@@ -81,18 +93,39 @@ class AttentionBackend:
     def init_forward_metadata(self, batch: ForwardBatch) -> None:
         pass
 
-    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer: AttentionLayer,
-                batch: ForwardBatch, save_kv_cache: bool = True) -> torch.Tensor:
+    def forward(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        layer: AttentionLayer,
+        batch: ForwardBatch,
+        save_kv_cache: bool = True,
+    ) -> torch.Tensor:
         if batch.forward_mode is ForwardMode.DECODE:
             return self.forward_decode(q, k, v, layer, batch, save_kv_cache)
         return self.forward_extend(q, k, v, layer, batch, save_kv_cache)
 
-    def forward_extend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer: AttentionLayer,
-                       batch: ForwardBatch, save_kv_cache: bool = True) -> torch.Tensor:
+    def forward_extend(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        layer: AttentionLayer,
+        batch: ForwardBatch,
+        save_kv_cache: bool = True,
+    ) -> torch.Tensor:
         raise NotImplementedError
 
-    def forward_decode(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer: AttentionLayer,
-                       batch: ForwardBatch, save_kv_cache: bool = True) -> torch.Tensor:
+    def forward_decode(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        layer: AttentionLayer,
+        batch: ForwardBatch,
+        save_kv_cache: bool = True,
+    ) -> torch.Tensor:
         raise NotImplementedError
 
 
@@ -110,11 +143,17 @@ def _options(layer: AttentionLayer, batch: ForwardBatch) -> tuple:
 def _call_int8(op, args, pool, layer, batch, save_kv_cache: bool) -> None:
     """An int8 operator with the layer's scale buffers and scales; the batch's cache rows restored afterwards
     when the cache must not keep them (the int8 operators always store their new tokens)."""
-    restore = contextlib.nullcontext() if save_kv_cache else _cache_rows_restored(pool, layer.layer_id,
-                                                                                  batch.out_cache_loc)
+    restore = (
+        contextlib.nullcontext() if save_kv_cache else _cache_rows_restored(pool, layer.layer_id, batch.out_cache_loc)
+    )
     with restore:
-        op(*args, pool.k_scale_buffers[layer.layer_id], pool.v_scale_buffers[layer.layer_id], *_int8_scales(pool),
-           *_options(layer, batch))
+        op(
+            *args,
+            pool.k_scale_buffers[layer.layer_id],
+            pool.v_scale_buffers[layer.layer_id],
+            *_int8_scales(pool),
+            *_options(layer, batch),
+        )
 
 
 @contextlib.contextmanager
@@ -150,8 +189,13 @@ class RVVAttnBackend(AttentionBackend):
     """Attention through ``torch.ops.rvv_attn`` (decode, extend, KV write; float and int8 caches)."""
 
     name = "rvv"
-    REQUIRED_OPS = ("decode_attention_cpu", "extend_attention_cpu", "decode_set_kv_buffer",
-                    "decode_attention_int8_cpu", "extend_attention_int8_cpu")
+    REQUIRED_OPS = (
+        "decode_attention_cpu",
+        "extend_attention_cpu",
+        "decode_set_kv_buffer",
+        "decode_attention_int8_cpu",
+        "extend_attention_int8_cpu",
+    )
 
     def __init__(self, num_heads: int, v_head_dim: int, num_kv_splits: int = 8, ops_namespace: str = "rvv_attn"):
         super().__init__(num_heads, v_head_dim)
@@ -165,7 +209,8 @@ class RVVAttnBackend(AttentionBackend):
                 f"attention backend 'rvv' needs torch.ops.{ops_namespace}.{missing[0]}, which is not registered "
                 f"(missing: {', '.join(missing)}): the rvv-attn operator library is not loaded or predates them. "
                 "Build and install it (`./ci/nox -s test-host` on this machine, or the riscv64 wheel), "
-                "or choose the backend 'torch_native'")
+                "or choose the backend 'torch_native'"
+            )
         self.ops = namespace
         self.metadata = _RVVMetadata()
 
@@ -173,8 +218,9 @@ class RVVAttnBackend(AttentionBackend):
         meta = _RVVMetadata()
         if batch.forward_mode is ForwardMode.DECODE:
             # Scratch of the split-KV decode: per split a partial output and its log-sum-exp.
-            meta.attn_logits = torch.empty(batch.batch_size, self.num_heads, self.num_kv_splits,
-                                           self.v_head_dim + 1, dtype=torch.float32)
+            meta.attn_logits = torch.empty(
+                batch.batch_size, self.num_heads, self.num_kv_splits, self.v_head_dim + 1, dtype=torch.float32
+            )
             meta.one_token_lens = torch.ones(batch.batch_size, dtype=torch.int32)
             meta.one_token_starts = torch.arange(batch.batch_size, dtype=torch.int32)
         self.metadata = meta
@@ -183,9 +229,22 @@ class RVVAttnBackend(AttentionBackend):
         pool = batch.token_to_kv_pool
         out = q.new_empty(q.shape[0], layer.num_heads, layer.v_head_dim)
         k_buffer, v_buffer = pool.key_buffer(layer.layer_id), pool.value_buffer(layer.layer_id)
-        args = (q, k, v, out, k_buffer, v_buffer, batch.req_to_token_pool.req_to_token, batch.req_pool_indices,
-                batch.seq_lens, batch.extend_seq_lens, batch.extend_start_loc, batch.max_len_extend,
-                layer.scaling, layer.logit_cap)
+        args = (
+            q,
+            k,
+            v,
+            out,
+            k_buffer,
+            v_buffer,
+            batch.req_to_token_pool.req_to_token,
+            batch.req_pool_indices,
+            batch.seq_lens,
+            batch.extend_seq_lens,
+            batch.extend_start_loc,
+            batch.max_len_extend,
+            layer.scaling,
+            layer.logit_cap,
+        )
         if pool.is_int8:
             _call_int8(self.ops.extend_attention_int8_cpu, args, pool, layer, batch, save_kv_cache)
         else:
@@ -202,12 +261,39 @@ class RVVAttnBackend(AttentionBackend):
         req_to_token = batch.req_to_token_pool.req_to_token
         if not save_kv_cache and not pool.is_int8:
             # The decode operator always stores the new token; the extend operator reads it from k/v.
-            self.ops.extend_attention_cpu(q, k, v, out, k_buffer, v_buffer, req_to_token, batch.req_pool_indices,
-                                          batch.seq_lens, meta.one_token_lens, meta.one_token_starts, 1,
-                                          layer.scaling, layer.logit_cap, *_options(layer, batch))
+            self.ops.extend_attention_cpu(
+                q,
+                k,
+                v,
+                out,
+                k_buffer,
+                v_buffer,
+                req_to_token,
+                batch.req_pool_indices,
+                batch.seq_lens,
+                meta.one_token_lens,
+                meta.one_token_starts,
+                1,
+                layer.scaling,
+                layer.logit_cap,
+                *_options(layer, batch),
+            )
             return out.view(q.shape[0], -1)
-        args = (q, k_buffer, v_buffer, out, k, v, batch.out_cache_loc, meta.attn_logits, req_to_token,
-                batch.req_pool_indices, batch.seq_lens, layer.scaling, layer.logit_cap)
+        args = (
+            q,
+            k_buffer,
+            v_buffer,
+            out,
+            k,
+            v,
+            batch.out_cache_loc,
+            meta.attn_logits,
+            req_to_token,
+            batch.req_pool_indices,
+            batch.seq_lens,
+            layer.scaling,
+            layer.logit_cap,
+        )
         if pool.is_int8:
             _call_int8(self.ops.decode_attention_int8_cpu, args, pool, layer, batch, save_kv_cache)
         else:
@@ -216,6 +302,7 @@ class RVVAttnBackend(AttentionBackend):
 
 
 # ---- the torch-native comparison point ---------------------------------------------------------
+
 
 def quantize_rows(x: torch.Tensor, static_scale: float) -> tuple[torch.Tensor, torch.Tensor]:
     """Rows ``[..., D]`` to int8 codes and float32 scales ``[...]`` as the int8 cache stores them.
@@ -239,8 +326,10 @@ class TorchNativeBackend(AttentionBackend):
 
     def _store(self, pool: KVPool, layer_id: int, slots: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
         if isinstance(pool, Int8KVPool):
-            for buf, scale_buf, x, s in ((pool.k_buffers, pool.k_scale_buffers, k, pool.scales.k_scale),
-                                         (pool.v_buffers, pool.v_scale_buffers, v, pool.scales.v_scale)):
+            for buf, scale_buf, x, s in (
+                (pool.k_buffers, pool.k_scale_buffers, k, pool.scales.k_scale),
+                (pool.v_buffers, pool.v_scale_buffers, v, pool.scales.v_scale),
+            ):
                 codes, scales = quantize_rows(x, s)
                 buf[layer_id][slots] = codes
                 if math.isnan(s):
@@ -260,8 +349,9 @@ class TorchNativeBackend(AttentionBackend):
         return k, v
 
     @staticmethod
-    def _attend(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, layer: AttentionLayer,
-                first_position: int) -> torch.Tensor:
+    def _attend(
+        q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, layer: AttentionLayer, first_position: int
+    ) -> torch.Tensor:
         """q ``[n, H, D]`` (positions first_position..+n) over keys/values ``[L, H_kv, *]`` (positions 0..L-1),
         causal, within the layer's window, with its sinks; float32."""
         group = layer.num_heads // layer.num_kv_heads
@@ -320,8 +410,8 @@ class TorchNativeBackend(AttentionBackend):
                 keys, values = self._load(pool, layer.layer_id, slots)
             else:
                 cached_k, cached_v = self._load(pool, layer.layer_id, slots[:-1])
-                keys, values = torch.cat([cached_k, k[b:b + 1].float()]), torch.cat([cached_v, v[b:b + 1].float()])
-            out[b:b + 1] = self._attend(q[b:b + 1], keys, values, layer, length - 1)
+                keys, values = torch.cat([cached_k, k[b : b + 1].float()]), torch.cat([cached_v, v[b : b + 1].float()])
+            out[b : b + 1] = self._attend(q[b : b + 1], keys, values, layer, length - 1)
         return out.to(q.dtype).view(q.shape[0], -1)
 
 

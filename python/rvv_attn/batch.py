@@ -65,24 +65,33 @@ def _check_rows(req_pool: ReqToTokenPool, rows: Sequence[int]) -> None:
             raise ValueError(f"request row {r} is outside req_to_token's rows [0, {req_pool.max_reqs})")
 
 
-def prepare_extend(req_pool: ReqToTokenPool, kv_pool: KVPool, rows: Sequence[int], prefix_lens: Sequence[int],
-                   extend_lens: Sequence[int]) -> ForwardBatch:
+def prepare_extend(
+    req_pool: ReqToTokenPool,
+    kv_pool: KVPool,
+    rows: Sequence[int],
+    prefix_lens: Sequence[int],
+    extend_lens: Sequence[int],
+) -> ForwardBatch:
     """An extend batch: sequence ``b`` (request row ``rows[b]``) adds ``extend_lens[b]`` tokens after
     ``prefix_lens[b]`` cached ones. Allocates their slots and writes them into ``req_to_token``."""
     if not (len(rows) == len(prefix_lens) == len(extend_lens)) or not rows:
-        raise ValueError(f"an extend batch needs one row, prefix length and extend length per sequence, got "
-                         f"{len(rows)}, {len(prefix_lens)}, {len(extend_lens)}")
+        raise ValueError(
+            f"an extend batch needs one row, prefix length and extend length per sequence, got "
+            f"{len(rows)}, {len(prefix_lens)}, {len(extend_lens)}"
+        )
     _check_rows(req_pool, rows)
     for r, prefix, ext in zip(rows, prefix_lens, extend_lens):
         if ext < 1 or prefix < 0:
             raise ValueError(f"request row {r}: extend length {ext} must be >= 1 and prefix length {prefix} >= 0")
         if prefix + ext > req_pool.max_context_len:
-            raise ValueError(f"request row {r}: prefix {prefix} + extend {ext} = {prefix + ext} tokens exceeds "
-                             f"max_context_len = {req_pool.max_context_len}")
+            raise ValueError(
+                f"request row {r}: prefix {prefix} + extend {ext} = {prefix + ext} tokens exceeds "
+                f"max_context_len = {req_pool.max_context_len}"
+            )
     slots = kv_pool.alloc(sum(extend_lens))  # raises PoolExhaustedError before anything is written
     starts, positions, offset = [], [], 0
     for r, prefix, ext in zip(rows, prefix_lens, extend_lens):
-        req_pool.req_to_token[r, prefix:prefix + ext] = slots[offset:offset + ext].to(torch.int32)
+        req_pool.req_to_token[r, prefix : prefix + ext] = slots[offset : offset + ext].to(torch.int32)
         starts.append(offset)
         positions.append(torch.arange(prefix, prefix + ext))
         offset += ext
@@ -102,20 +111,25 @@ def prepare_extend(req_pool: ReqToTokenPool, kv_pool: KVPool, rows: Sequence[int
     )
 
 
-def prepare_decode(req_pool: ReqToTokenPool, kv_pool: KVPool, rows: Sequence[int],
-                   cached_lens: Sequence[int]) -> ForwardBatch:
+def prepare_decode(
+    req_pool: ReqToTokenPool, kv_pool: KVPool, rows: Sequence[int], cached_lens: Sequence[int]
+) -> ForwardBatch:
     """A decode batch: sequence ``b`` (row ``rows[b]``, ``cached_lens[b]`` tokens cached) adds one token."""
     if len(rows) != len(cached_lens) or not rows:
-        raise ValueError(f"a decode batch needs one row and cached length per sequence, got "
-                         f"{len(rows)} and {len(cached_lens)}")
+        raise ValueError(
+            f"a decode batch needs one row and cached length per sequence, got {len(rows)} and {len(cached_lens)}"
+        )
     _check_rows(req_pool, rows)
     for r, cached in zip(rows, cached_lens):
         if cached < 1:
-            raise ValueError(f"request row {r} has {cached} cached tokens: decode needs a prefilled prompt "
-                             "(run an extend batch first)")
+            raise ValueError(
+                f"request row {r} has {cached} cached tokens: decode needs a prefilled prompt "
+                "(run an extend batch first)"
+            )
         if cached + 1 > req_pool.max_context_len:
-            raise ValueError(f"request row {r}: {cached} cached tokens + 1 exceeds max_context_len = "
-                             f"{req_pool.max_context_len}")
+            raise ValueError(
+                f"request row {r}: {cached} cached tokens + 1 exceeds max_context_len = {req_pool.max_context_len}"
+            )
     slots = kv_pool.alloc(len(rows))
     for b, (r, cached) in enumerate(zip(rows, cached_lens)):
         req_pool.req_to_token[r, cached] = int(slots[b])

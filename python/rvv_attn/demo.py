@@ -45,10 +45,15 @@ def _int_list(text: str) -> list[int]:
 
 
 # Model sizes the command line may change: flag, ModelConfig field, help.
-_SIZE_FLAGS = (("--layers", "num_layers", "layers"), ("--hidden", "hidden_size", "hidden size"),
-               ("--heads", "num_heads", "query heads"), ("--kv-heads", "num_kv_heads", "KV heads"),
-               ("--head-dim", "head_dim", "head dimension"), ("--intermediate", "intermediate_size", "MLP width"),
-               ("--vocab", "vocab_size", "vocabulary"))
+_SIZE_FLAGS = (
+    ("--layers", "num_layers", "layers"),
+    ("--hidden", "hidden_size", "hidden size"),
+    ("--heads", "num_heads", "query heads"),
+    ("--kv-heads", "num_kv_heads", "KV heads"),
+    ("--head-dim", "head_dim", "head dimension"),
+    ("--intermediate", "intermediate_size", "MLP width"),
+    ("--vocab", "vocab_size", "vocabulary"),
+)
 
 
 def _dest(flag: str) -> str:
@@ -63,36 +68,69 @@ def model_config(args: argparse.Namespace) -> ModelConfig:
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m rvv_attn.demo", description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--backends", default="rvv,torch_native",
-                   help=f"comma-separated, run in this order; the first is the one the others are compared with "
-                        f"({', '.join(BACKENDS)})")
+    p = argparse.ArgumentParser(
+        prog="python -m rvv_attn.demo",
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    p.add_argument(
+        "--backends",
+        default="rvv,torch_native",
+        help=f"comma-separated, run in this order; the first is the one the others are compared with "
+        f"({', '.join(BACKENDS)})",
+    )
     m = p.add_argument_group("model (random weights from --seed; a size not given is the --model's)")
-    m.add_argument("--model", choices=MODELS, default="llama",
-                   help="llama: full attention in every layer; gpt-oss: sliding-window layers (0, 2, ...) "
-                        "alternating with full ones, and attention sinks")
+    m.add_argument(
+        "--model",
+        choices=MODELS,
+        default="llama",
+        help="llama: full attention in every layer; gpt-oss: sliding-window layers (0, 2, ...) "
+        "alternating with full ones, and attention sinks",
+    )
     # Unset model options stay out of the namespace (SUPPRESS), so the chosen --model's values apply.
-    m.add_argument("--window", type=int, metavar="TOKENS", default=argparse.SUPPRESS,
-                   help=f"keys a sliding-window layer sees, its own included; 0: none (default: the model's, "
-                        f"{', '.join(f'{name} {cfg.sliding_window}' for name, cfg in MODELS.items())})")
+    m.add_argument(
+        "--window",
+        type=int,
+        metavar="TOKENS",
+        default=argparse.SUPPRESS,
+        help=f"keys a sliding-window layer sees, its own included; 0: none (default: the model's, "
+        f"{', '.join(f'{name} {cfg.sliding_window}' for name, cfg in MODELS.items())})",
+    )
     for flag, field, what in _SIZE_FLAGS:
-        m.add_argument(flag, type=int, metavar="N", default=argparse.SUPPRESS,
-                       help=f"{what} (default: {getattr(MODELS['llama'], field)})")
+        m.add_argument(
+            flag,
+            type=int,
+            metavar="N",
+            default=argparse.SUPPRESS,
+            help=f"{what} (default: {getattr(MODELS['llama'], field)})",
+        )
     m.add_argument("--seed", type=int, default=0)
     r = p.add_argument_group("requests")
     r.add_argument("--requests", type=int, default=5)
-    r.add_argument("--prompt-lens", type=_int_list, default=[12, 70, 5, 33, 20],
-                   help="prompt lengths, repeated cyclically over the requests")
-    r.add_argument("--new-tokens", type=_int_list, default=[6, 4, 10, 8, 6],
-                   help="tokens to generate per request, repeated cyclically")
+    r.add_argument(
+        "--prompt-lens",
+        type=_int_list,
+        default=[12, 70, 5, 33, 20],
+        help="prompt lengths, repeated cyclically over the requests",
+    )
+    r.add_argument(
+        "--new-tokens",
+        type=_int_list,
+        default=[6, 4, 10, 8, 6],
+        help="tokens to generate per request, repeated cyclically",
+    )
     r.add_argument("--chunk-size", type=int, default=32, help="prefill token budget per extend batch")
     r.add_argument("--max-running", type=int, default=3, help="requests in flight; the rest wait for a free row")
     c = p.add_argument_group("KV cache and execution")
     c.add_argument("--dtype", choices=DTYPES, default="float32", help="model and float-cache dtype")
     c.add_argument("--kv-cache", choices=KV_CACHES, default="float")
-    c.add_argument("--kv-scales", type=float, nargs=2, metavar=("K", "V"),
-                   help="int8-static: K and V scales (default: codes cover 5 standard deviations of the model's K, V)")
+    c.add_argument(
+        "--kv-scales",
+        type=float,
+        nargs=2,
+        metavar=("K", "V"),
+        help="int8-static: K and V scales (default: codes cover 5 standard deviations of the model's K, V)",
+    )
     c.add_argument("--pool-tokens", type=int, default=0, help="KV cache slots (0: enough for --max-running requests)")
     c.add_argument("--threads", type=int, default=1, help="torch threads (the kernels use torch's thread pool)")
     c.add_argument("--no-progress", action="store_true")
@@ -163,8 +201,17 @@ def run_backend(name: str, args: argparse.Namespace, cfg: ModelConfig) -> Backen
     max_context = max(r.context_len for r in reqs)
     pool_tokens = args.pool_tokens or args.max_running * max_context
     model = LlamaModel(cfg, dtype, seed=args.seed)
-    kv_pool = make_kv_pool(args.kv_cache, pool_tokens, cfg.num_layers, cfg.num_kv_heads, cfg.head_dim, cfg.head_dim,
-                           dtype, Int8Scales(*(args.kv_scales or cfg.static_kv_scales())), shuffle_seed=args.seed)
+    kv_pool = make_kv_pool(
+        args.kv_cache,
+        pool_tokens,
+        cfg.num_layers,
+        cfg.num_kv_heads,
+        cfg.head_dim,
+        cfg.head_dim,
+        dtype,
+        Int8Scales(*(args.kv_scales or cfg.static_kv_scales())),
+        shuffle_seed=args.seed,
+    )
     backend = make_backend(name, cfg.num_heads, cfg.head_dim)
     attention_seconds = {ForwardMode.EXTEND: 0.0, ForwardMode.DECODE: 0.0}
     untimed_forward = backend.forward
@@ -177,8 +224,14 @@ def run_backend(name: str, args: argparse.Namespace, cfg: ModelConfig) -> Backen
         return out
 
     backend.forward = timed_forward
-    engine = Engine(model, backend, ReqToTokenPool(args.max_running, max_context), kv_pool,
-                    chunk_size=args.chunk_size, max_running=args.max_running)
+    engine = Engine(
+        model,
+        backend,
+        ReqToTokenPool(args.max_running, max_context),
+        kv_pool,
+        chunk_size=args.chunk_size,
+        max_running=args.max_running,
+    )
     for req in reqs:
         engine.add_request(req)
     total = sum(len(r.prompt) + r.max_new_tokens - 1 for r in reqs)
@@ -186,8 +239,10 @@ def run_backend(name: str, args: argparse.Namespace, cfg: ModelConfig) -> Backen
 
     def on_step(eng: Engine, mode: ForwardMode) -> None:
         done = sum(s.tokens for s in eng.stats.values())
-        progress.update(done, f"{mode.value:<6} running {len(eng.running)}, waiting {len(eng.waiting)}, "
-                              f"finished {len(eng.finished)}")
+        progress.update(
+            done,
+            f"{mode.value:<6} running {len(eng.running)}, waiting {len(eng.waiting)}, finished {len(eng.finished)}",
+        )
 
     start = time.perf_counter()
     try:
@@ -196,8 +251,9 @@ def run_backend(name: str, args: argparse.Namespace, cfg: ModelConfig) -> Backen
         progress.close()
     wall = time.perf_counter() - start
     pre, dec = engine.stats[ForwardMode.EXTEND], engine.stats[ForwardMode.DECODE]
-    return BackendRun(name, {r.rid: r for r in reqs}, pre.tokens, pre.seconds, dec.tokens, dec.seconds, wall,
-                      attention_seconds)
+    return BackendRun(
+        name, {r.rid: r for r in reqs}, pre.tokens, pre.seconds, dec.tokens, dec.seconds, wall, attention_seconds
+    )
 
 
 def _where() -> str:
@@ -223,29 +279,40 @@ def report(runs: list[BackendRun], args: argparse.Namespace) -> bool:
             print(f"  {'':<26} {other.name:<13} {verdict}")
     if len(runs) > 1:
         n = len(first.requests)
-        print(f"\nagreement: {'all ' + str(n) + ' requests give identical tokens' if all_agree else 'NO'} "
-              f"({', '.join(r.name for r in runs)})")
+        print(
+            f"\nagreement: {'all ' + str(n) + ' requests give identical tokens' if all_agree else 'NO'} "
+            f"({', '.join(r.name for r in runs)})"
+        )
     label = "emulated " if os.environ.get("RVV_ATTN_QEMU_CPU") else ""
-    print(f"\nsummary ({_where()}; times are {label}wall-clock seconds"
-          + ("; compare backends by their ratio, not with hardware)" if label else ")"))
-    header = (f"  {'backend':<13} {'prefill tok':>11} {'prefill s':>9} {'(attn s)':>8} {'prefill tok/s':>13} "
-              f"{'decode tok':>10} {'decode s':>8} {'(attn s)':>8} {'decode tok/s':>12} {'total s':>8}")
+    print(
+        f"\nsummary ({_where()}; times are {label}wall-clock seconds"
+        + ("; compare backends by their ratio, not with hardware)" if label else ")")
+    )
+    header = (
+        f"  {'backend':<13} {'prefill tok':>11} {'prefill s':>9} {'(attn s)':>8} {'prefill tok/s':>13} "
+        f"{'decode tok':>10} {'decode s':>8} {'(attn s)':>8} {'decode tok/s':>12} {'total s':>8}"
+    )
     print(header)
     print("  " + "-" * (len(header) - 2))
     for r in runs:
         attn = r.attention_seconds
-        print(f"  {r.name:<13} {r.prefill_tokens:>11} {r.prefill_seconds:>9.2f} {attn[ForwardMode.EXTEND]:>8.2f} "
-              f"{r.prefill_tokens / max(r.prefill_seconds, 1e-9):>13.1f} {r.decode_tokens:>10} "
-              f"{r.decode_seconds:>8.2f} {attn[ForwardMode.DECODE]:>8.2f} "
-              f"{r.decode_tokens / max(r.decode_seconds, 1e-9):>12.1f} {r.wall_seconds:>8.2f}")
+        print(
+            f"  {r.name:<13} {r.prefill_tokens:>11} {r.prefill_seconds:>9.2f} {attn[ForwardMode.EXTEND]:>8.2f} "
+            f"{r.prefill_tokens / max(r.prefill_seconds, 1e-9):>13.1f} {r.decode_tokens:>10} "
+            f"{r.decode_seconds:>8.2f} {attn[ForwardMode.DECODE]:>8.2f} "
+            f"{r.decode_tokens / max(r.decode_seconds, 1e-9):>12.1f} {r.wall_seconds:>8.2f}"
+        )
     if len(runs) > 1:
         base = runs[-1]
         for r in runs[:-1]:
             ra, ba = r.attention_seconds, base.attention_seconds
-            print(f"  {r.name} vs {base.name}, speed ratio: prefill {base.prefill_seconds / max(r.prefill_seconds, 1e-9):.2f}x "
-                  f"(attention alone {ba[ForwardMode.EXTEND] / max(ra[ForwardMode.EXTEND], 1e-9):.2f}x), "
-                  f"decode {base.decode_seconds / max(r.decode_seconds, 1e-9):.2f}x "
-                  f"(attention alone {ba[ForwardMode.DECODE] / max(ra[ForwardMode.DECODE], 1e-9):.2f}x)")
+            print(
+                f"  {r.name} vs {base.name}, speed ratio: "
+                f"prefill {base.prefill_seconds / max(r.prefill_seconds, 1e-9):.2f}x "
+                f"(attention alone {ba[ForwardMode.EXTEND] / max(ra[ForwardMode.EXTEND], 1e-9):.2f}x), "
+                f"decode {base.decode_seconds / max(r.decode_seconds, 1e-9):.2f}x "
+                f"(attention alone {ba[ForwardMode.DECODE] / max(ra[ForwardMode.DECODE], 1e-9):.2f}x)"
+            )
         print("  (attn s: time inside the attention backend; the rest is the model's matmuls, norms and sampling)")
     return all_agree
 
@@ -263,11 +330,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     kv = args.dtype if args.kv_cache == "float" else f"{args.kv_cache} (model {args.dtype})"
     style = {"llama": "Llama-style", "gpt-oss": "gpt-oss-like"}[args.model]
     print(f"rvv-attn demo: {style} model, {cfg.describe()}, seed {args.seed}")
-    print(f"  {len(reqs)} requests, prompts {[len(r.prompt) for r in reqs]}, new tokens "
-          f"{[r.max_new_tokens for r in reqs]}; prefill chunk {args.chunk_size} tokens, at most {args.max_running} "
-          f"running; KV cache {kv}")
-    print(f"  kernels: variant {info['active_variant']} (CPU VLEN {info['cpu_vlen'] or 'none'}); {_where()}; "
-          f"torch {info['torch']}, {args.threads} thread(s)\n")
+    print(
+        f"  {len(reqs)} requests, prompts {[len(r.prompt) for r in reqs]}, new tokens "
+        f"{[r.max_new_tokens for r in reqs]}; prefill chunk {args.chunk_size} tokens, at most {args.max_running} "
+        f"running; KV cache {kv}"
+    )
+    print(
+        f"  kernels: variant {info['active_variant']} (CPU VLEN {info['cpu_vlen'] or 'none'}); {_where()}; "
+        f"torch {info['torch']}, {args.threads} thread(s)\n"
+    )
     runs = []
     for name in args.backends:
         try:

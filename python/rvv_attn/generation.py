@@ -66,8 +66,16 @@ class PhaseStats:
 
 
 class Engine:
-    def __init__(self, model: LlamaModel, backend: AttentionBackend, req_pool: ReqToTokenPool, kv_pool: KVPool,
-                 chunk_size: int = 64, max_running: int | None = None, keep_logits: bool = False) -> None:
+    def __init__(
+        self,
+        model: LlamaModel,
+        backend: AttentionBackend,
+        req_pool: ReqToTokenPool,
+        kv_pool: KVPool,
+        chunk_size: int = 64,
+        max_running: int | None = None,
+        keep_logits: bool = False,
+    ) -> None:
         if chunk_size < 1:
             raise ValueError(f"chunk_size = {chunk_size} must be >= 1")
         self.model, self.backend = model, backend
@@ -98,10 +106,12 @@ class Engine:
         if req.context_len > limit:
             raise ValueError(
                 f"request {req.rid!r} is longer than max_context_len = {limit}: prompt {len(req.prompt)} + "
-                f"max_new_tokens {req.max_new_tokens} - 1 = {req.context_len} cache positions")
+                f"max_new_tokens {req.max_new_tokens} - 1 = {req.context_len} cache positions"
+            )
         if req.context_len > self.kv_pool.size:
-            raise ValueError(f"request {req.rid!r} needs {req.context_len} KV cache slots, the pool has "
-                             f"{self.kv_pool.size} in all")
+            raise ValueError(
+                f"request {req.rid!r} needs {req.context_len} KV cache slots, the pool has {self.kv_pool.size} in all"
+            )
         self._rids.add(req.rid)
         self.waiting.append(req)
 
@@ -117,7 +127,7 @@ class Engine:
 
     def _release(self, req: Request) -> None:
         row = req.req_pool_idx
-        self.kv_pool.free(self.req_pool.req_to_token[row, :req.cached_len].long())
+        self.kv_pool.free(self.req_pool.req_to_token[row, : req.cached_len].long())
         self.req_pool.free(row)
         req.req_pool_idx = None
         req.finished = True
@@ -138,7 +148,7 @@ class Engine:
         except BaseException:
             # Give back this batch's slots and leave the requests where they were.
             for b, req in enumerate(reqs):
-                self.req_pool.req_to_token[req.req_pool_idx, req.cached_len:int(batch.seq_lens[b])] = 0
+                self.req_pool.req_to_token[req.req_pool_idx, req.cached_len : int(batch.seq_lens[b])] = 0
             self.kv_pool.free(batch.out_cache_loc)
             raise
         stats = self.stats[mode]
@@ -164,11 +174,14 @@ class Engine:
         self._check_running(reqs)
         for req, n in zip(reqs, lens):
             if not 1 <= n <= len(req.prompt) - req.cached_len:
-                raise ValueError(f"request {req.rid!r}: cannot prefill {n} tokens, "
-                                 f"{len(req.prompt) - req.cached_len} of its prompt are not cached yet")
-        batch = prepare_extend(self.req_pool, self.kv_pool, [r.req_pool_idx for r in reqs],
-                               [r.cached_len for r in reqs], list(lens))
-        ids = torch.tensor([t for r, n in zip(reqs, lens) for t in r.prompt[r.cached_len:r.cached_len + n]])
+                raise ValueError(
+                    f"request {req.rid!r}: cannot prefill {n} tokens, "
+                    f"{len(req.prompt) - req.cached_len} of its prompt are not cached yet"
+                )
+        batch = prepare_extend(
+            self.req_pool, self.kv_pool, [r.req_pool_idx for r in reqs], [r.cached_len for r in reqs], list(lens)
+        )
+        ids = torch.tensor([t for r, n in zip(reqs, lens) for t in r.prompt[r.cached_len : r.cached_len + n]])
         logits = self._forward(ForwardMode.EXTEND, reqs, ids, batch)
         for b, (req, n) in enumerate(zip(reqs, lens)):
             req.cached_len += n
@@ -180,10 +193,13 @@ class Engine:
         self._check_running(reqs)
         for req in reqs:
             if req.prefilling:
-                raise ValueError(f"request {req.rid!r} has {req.cached_len} of its {len(req.prompt)} prompt tokens "
-                                 "in the cache: decode needs the whole prompt prefilled first")
-        batch = prepare_decode(self.req_pool, self.kv_pool, [r.req_pool_idx for r in reqs],
-                               [r.cached_len for r in reqs])
+                raise ValueError(
+                    f"request {req.rid!r} has {req.cached_len} of its {len(req.prompt)} prompt tokens "
+                    "in the cache: decode needs the whole prompt prefilled first"
+                )
+        batch = prepare_decode(
+            self.req_pool, self.kv_pool, [r.req_pool_idx for r in reqs], [r.cached_len for r in reqs]
+        )
         ids = torch.tensor([r.output[-1] for r in reqs])
         logits = self._forward(ForwardMode.DECODE, reqs, ids, batch)
         for b, req in enumerate(reqs):

@@ -78,9 +78,11 @@ class ModelConfig:
         return self.sliding_window - 1 if self.sliding_window > 0 and layer_id % 2 == 0 else -1
 
     def describe(self) -> str:
-        text = (f"{self.num_layers} layers, hidden {self.hidden_size}, {self.num_heads} query / "
-                f"{self.num_kv_heads} KV heads, head dim {self.head_dim}, MLP {self.intermediate_size}, "
-                f"vocab {self.vocab_size}")
+        text = (
+            f"{self.num_layers} layers, hidden {self.hidden_size}, {self.num_heads} query / "
+            f"{self.num_kv_heads} KV heads, head dim {self.head_dim}, MLP {self.intermediate_size}, "
+            f"vocab {self.vocab_size}"
+        )
         if self.sliding_window:
             sliding = [i for i in range(self.num_layers) if self.layer_window(i) >= 0]
             text += f", {self.sliding_window}-token sliding window in layers {sliding} (the others full)"
@@ -142,18 +144,33 @@ class _DecoderLayer:
         self.cfg = cfg
         h, hkv, d = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
         self.input_norm = w.norm(cfg.hidden_size)
-        self.qkv_proj = torch.cat([w.linear((h + hkv) * d, cfg.hidden_size, gain=cfg.qk_gain),
-                                   w.linear(hkv * d, cfg.hidden_size)])
+        self.qkv_proj = torch.cat(
+            [w.linear((h + hkv) * d, cfg.hidden_size, gain=cfg.qk_gain), w.linear(hkv * d, cfg.hidden_size)]
+        )
         self.o_proj = w.linear(cfg.hidden_size, h * d)
         self.post_attention_norm = w.norm(cfg.hidden_size)
         self.gate_up_proj = w.linear(2 * cfg.intermediate_size, cfg.hidden_size)
         self.down_proj = w.linear(cfg.hidden_size, cfg.intermediate_size)
-        self.attn = AttentionLayer(layer_id=layer_id, num_heads=h, num_kv_heads=hkv, head_dim=d, v_head_dim=d,
-                                   scaling=d ** -0.5, logit_cap=cfg.logit_cap,
-                                   sliding_window_size=cfg.layer_window(layer_id))
+        self.attn = AttentionLayer(
+            layer_id=layer_id,
+            num_heads=h,
+            num_kv_heads=hkv,
+            head_dim=d,
+            v_head_dim=d,
+            scaling=d**-0.5,
+            logit_cap=cfg.logit_cap,
+            sliding_window_size=cfg.layer_window(layer_id),
+        )
 
-    def __call__(self, hidden: torch.Tensor, positions: torch.Tensor, rotary: _Rotary, batch: ForwardBatch,
-                 backend: AttentionBackend, save_kv_cache: bool) -> torch.Tensor:
+    def __call__(
+        self,
+        hidden: torch.Tensor,
+        positions: torch.Tensor,
+        rotary: _Rotary,
+        batch: ForwardBatch,
+        backend: AttentionBackend,
+        save_kv_cache: bool,
+    ) -> torch.Tensor:
         cfg, tokens = self.cfg, hidden.shape[0]
         h, hkv, d = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
         x = _rms_norm(hidden, self.input_norm, cfg.rms_norm_eps)
@@ -185,8 +202,9 @@ class LlamaModel:
         self.rotary = _Rotary(cfg.head_dim, cfg.max_position, cfg.rope_theta)
 
     @torch.inference_mode()
-    def forward(self, input_ids: torch.Tensor, batch: ForwardBatch, backend: AttentionBackend,
-                save_kv_cache: bool = True) -> torch.Tensor:
+    def forward(
+        self, input_ids: torch.Tensor, batch: ForwardBatch, backend: AttentionBackend, save_kv_cache: bool = True
+    ) -> torch.Tensor:
         if input_ids.shape != (batch.num_tokens,):
             raise ValueError(f"input_ids has shape {tuple(input_ids.shape)}, the batch has {batch.num_tokens} tokens")
         if int(batch.positions.max()) >= self.cfg.max_position:

@@ -48,7 +48,8 @@ class _FreeList:
         if n > len(self._free):
             raise PoolExhaustedError(
                 f"out of {self.what}: {n} requested, {len(self._free)} free of {self.size}; "
-                "finish or free requests first, or make the pool larger")
+                "finish or free requests first, or make the pool larger"
+            )
         taken = [self._free.popleft() for _ in range(n)]
         for i in taken:
             self._used[i] = True
@@ -96,13 +97,23 @@ class KVPool:
 
     is_int8 = False
 
-    def __init__(self, size: int, num_layers: int, heads_kv: int, head_dim: int, head_dim_v: int,
-                 dtype: torch.dtype, shuffle_seed: int | None = None) -> None:
+    def __init__(
+        self,
+        size: int,
+        num_layers: int,
+        heads_kv: int,
+        head_dim: int,
+        head_dim_v: int,
+        dtype: torch.dtype,
+        shuffle_seed: int | None = None,
+    ) -> None:
         if dtype not in self._buffer_dtypes():
             raise ValueError(f"{type(self).__name__}: dtype {dtype} is not one of {self._buffer_dtypes()}")
         if min(size, num_layers, heads_kv, head_dim, head_dim_v) < 1:
-            raise ValueError(f"pool sizes must be >= 1: size={size}, num_layers={num_layers}, "
-                             f"heads_kv={heads_kv}, head_dim={head_dim}, head_dim_v={head_dim_v}")
+            raise ValueError(
+                f"pool sizes must be >= 1: size={size}, num_layers={num_layers}, "
+                f"heads_kv={heads_kv}, head_dim={head_dim}, head_dim_v={head_dim_v}"
+            )
         self.size, self.num_layers = size, num_layers
         self.heads_kv, self.head_dim, self.head_dim_v = heads_kv, head_dim, head_dim_v
         self.dtype = dtype
@@ -169,8 +180,16 @@ class Int8KVPool(KVPool):
 
     is_int8 = True
 
-    def __init__(self, size: int, num_layers: int, heads_kv: int, head_dim: int, head_dim_v: int,
-                 scales: Int8Scales = Int8Scales(), shuffle_seed: int | None = None) -> None:
+    def __init__(
+        self,
+        size: int,
+        num_layers: int,
+        heads_kv: int,
+        head_dim: int,
+        head_dim_v: int,
+        scales: Int8Scales = Int8Scales(),
+        shuffle_seed: int | None = None,
+    ) -> None:
         super().__init__(size, num_layers, heads_kv, head_dim, head_dim_v, torch.int8, shuffle_seed)
         self.scales = scales
         self.k_scale_buffers = [torch.full((size, heads_kv), math.nan) for _ in range(num_layers)]
@@ -186,8 +205,17 @@ class Int8KVPool(KVPool):
             buf[index] = math.nan
 
 
-def make_kv_pool(kv_cache: str, size: int, num_layers: int, heads_kv: int, head_dim: int, head_dim_v: int,
-                 dtype: torch.dtype, static_scales: Int8Scales | None = None, shuffle_seed: int | None = None) -> KVPool:
+def make_kv_pool(
+    kv_cache: str,
+    size: int,
+    num_layers: int,
+    heads_kv: int,
+    head_dim: int,
+    head_dim_v: int,
+    dtype: torch.dtype,
+    static_scales: Int8Scales | None = None,
+    shuffle_seed: int | None = None,
+) -> KVPool:
     """The pool for a ``kv_cache`` kind: ``float`` (the model's dtype), ``int8-dynamic`` or ``int8-static``
     (with ``static_scales``)."""
     if kv_cache == "float":

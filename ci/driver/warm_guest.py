@@ -99,8 +99,9 @@ def _reopen_stdio() -> None:
             raw = io.FileIO(fd, "w", closefd=False)
             # stdout is line-buffered on a terminal only; stderr always (Python >= 3.9).
             line_buffering = name == "stderr" or os.isatty(fd)
-            stream = io.TextIOWrapper(io.BufferedWriter(raw), encoding=encoding, errors=errors,
-                                      line_buffering=line_buffering)
+            stream = io.TextIOWrapper(
+                io.BufferedWriter(raw), encoding=encoding, errors=errors, line_buffering=line_buffering
+            )
         setattr(sys, name, stream)
         setattr(sys, f"__{name}__", stream)
 

@@ -57,7 +57,10 @@ class PrivateApt:
 
     def update(self) -> None:
         self.prepare()
-        run(["apt-get", *self.options(), "update"], hint=f"check that {self.archive} serves {self.suite} and is reachable")
+        run(
+            ["apt-get", *self.options(), "update"],
+            hint=f"check that {self.archive} serves {self.suite} and is reachable",
+        )
 
     def download(self, package: str, version: str, dest: Path) -> Path:
         """Download ``package=version`` into ``dest``; return the .deb path."""
@@ -71,8 +74,11 @@ class PrivateApt:
     def download_source(self, package: str, version: str, dest: Path) -> Path:
         """Download the source package ``package=version`` (.dsc and tarballs) into ``dest``; return the .dsc."""
         dest.mkdir(parents=True, exist_ok=True)
-        run(["apt-get", *self.options(), "source", "--download-only", f"{package}={version}"], cwd=dest,
-            hint=f"the archive needs a deb-src index for {self.suite} that still carries {package} {version}")
+        run(
+            ["apt-get", *self.options(), "source", "--download-only", f"{package}={version}"],
+            cwd=dest,
+            hint=f"the archive needs a deb-src index for {self.suite} that still carries {package} {version}",
+        )
         upstream = version.split(":", 1)[-1]
         dsc = dest / f"{package}_{upstream}.dsc"
         if not dsc.exists():

@@ -22,7 +22,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import ConfigError
+from . import steps
+from .errors import ConfigError, DriverError
+from .paths import BUILD_DIR
 from .runner import guest_env, guest_program
 from .vlens import Variant, variants
 
@@ -36,8 +38,13 @@ NO_VECTOR = "novector"
 # in every configuration is `nox -s install-test` (and its CI jobs); the
 # tree-based test-vlen sessions run the whole suite at every VLEN.
 QUICK_SELECTION: dict[str, tuple[str, ...]] = {
-    NO_VECTOR: ("tests/test_runtime.py", "tests/test_packaging.py", "tests/test_kv_write.py",
-                "tests/test_sglang_compat.py", "tests/test_int8_kv_cache.py"),
+    NO_VECTOR: (
+        "tests/test_runtime.py",
+        "tests/test_packaging.py",
+        "tests/test_kv_write.py",
+        "tests/test_sglang_compat.py",
+        "tests/test_int8_kv_cache.py",
+    ),
     "first-vlen": ("tests/test_runtime.py", "tests/test_packaging.py"),
 }
 
@@ -86,14 +93,18 @@ def parse_posargs(posargs: Sequence[str], table: Sequence[Variant] | None = None
     while rest and rest[0].startswith("--") and rest[0].split("=", 1)[0] in ("--configs", "--wheel"):
         option, _, value = rest.pop(0).partition("=")
         if not value:
-            raise ConfigError(f"{option} needs a value, e.g. {option}=" + ("novector,vlen256" if option == "--configs"
-                                                                              else "dist/rvv_attn-....whl"))
+            raise ConfigError(
+                f"{option} needs a value, e.g. {option}="
+                + ("novector,vlen256" if option == "--configs" else "dist/rvv_attn-....whl")
+            )
         if option == "--configs":
             names = [n.strip() for n in value.split(",") if n.strip()]
             unknown = [n for n in names if n not in known]
             if unknown or not names:
-                raise ConfigError(f"--configs={value}: unknown configuration {', '.join(unknown) or '(none)'}; "
-                                  f"known: {', '.join(known)}")
+                raise ConfigError(
+                    f"--configs={value}: unknown configuration {', '.join(unknown) or '(none)'}; "
+                    f"known: {', '.join(known)}"
+                )
             chosen = [known[n] for n in names]
         else:
             wheel = Path(value).resolve()
@@ -111,8 +122,15 @@ def qemu_prefix(qemu: Path, sysroot: Path, cpu: str) -> list[str]:
 
 
 def create_venv_command(qemu: Path, sysroot: Path, venv: Path) -> list[str]:
-    return [*qemu_prefix(qemu, sysroot, NO_VECTOR_CPU), guest_program(sysroot, "python3"),
-            "-m", "venv", "--system-site-packages", "--without-pip", str(venv)]
+    return [
+        *qemu_prefix(qemu, sysroot, NO_VECTOR_CPU),
+        guest_program(sysroot, "python3"),
+        "-m",
+        "venv",
+        "--system-site-packages",
+        "--without-pip",
+        str(venv),
+    ]
 
 
 def venv_python(venv: Path) -> Path:
@@ -121,33 +139,58 @@ def venv_python(venv: Path) -> Path:
 
 def pip_install_command(qemu: Path, sysroot: Path, venv: Path, wheel: Path) -> list[str]:
     """pip install as a user would, but with no index: it must need nothing beyond the wheel and the system."""
-    return [*qemu_prefix(qemu, sysroot, NO_VECTOR_CPU), str(venv_python(venv)), "-m", "pip", "install",
-            "--no-index", "--no-cache-dir", "--disable-pip-version-check", str(wheel)]
+    return [
+        *qemu_prefix(qemu, sysroot, NO_VECTOR_CPU),
+        str(venv_python(venv)),
+        "-m",
+        "pip",
+        "install",
+        "--no-index",
+        "--no-cache-dir",
+        "--disable-pip-version-check",
+        str(wheel),
+    ]
 
 
-def pytest_command(qemu: Path, sysroot: Path, venv: Path, config: Config, pytest_args: Sequence[str],
-                   junit: Path) -> list[str]:
+def pytest_command(
+    qemu: Path, sysroot: Path, venv: Path, config: Config, pytest_args: Sequence[str], junit: Path
+) -> list[str]:
     # -P: do not put the working directory (the checkout) on sys.path.
-    return [*qemu_prefix(qemu, sysroot, config.qemu_cpu), str(venv_python(venv)), "-P", "-m", "pytest",
-            f"--junitxml={junit}", "-o", "junit_family=xunit2", *pytest_args]
+    return [
+        *qemu_prefix(qemu, sysroot, config.qemu_cpu),
+        str(venv_python(venv)),
+        "-P",
+        "-m",
+        "pytest",
+        f"--junitxml={junit}",
+        "-o",
+        "junit_family=xunit2",
+        *pytest_args,
+    ]
 
 
-def pytest_env(config: Config, venv: Path, tmpdir: Path, qemu: Path, sysroot: Path,
-               host_env: Mapping[str, str] | None = None) -> dict[str, str]:
+def pytest_env(
+    config: Config, venv: Path, tmpdir: Path, qemu: Path, sysroot: Path, host_env: Mapping[str, str] | None = None
+) -> dict[str, str]:
     """The guest environment: no PYTHONPATH (only the installed package), and what the tests must check."""
-    env = guest_env(None, tmpdir, host_env, extra={
-        # For tests that start a second emulated process at another VLEN.
-        "RVV_ATTN_QEMU": str(qemu),
-        "RVV_ATTN_SYSROOT": str(sysroot),
-        "RVV_ATTN_EXPECT_VARIANT": config.expected_variant,
-        "RVV_ATTN_EXPECT_VLEN": str(config.vlen),
-        "RVV_ATTN_QEMU_CPU": config.qemu_cpu,
-        # The tests check that rvv_attn was imported from here.
-        "RVV_ATTN_EXPECT_INSTALLED_IN": str(venv),
-        # No pip configuration of the host (QEMU's -L falls back to the host's
-        # /etc): pip sees the wheel, the venv and the system, nothing else.
-        "PIP_CONFIG_FILE": "/dev/null",
-    })
+    env = guest_env(
+        None,
+        tmpdir,
+        host_env,
+        extra={
+            # For tests that start a second emulated process at another VLEN.
+            "RVV_ATTN_QEMU": str(qemu),
+            "RVV_ATTN_SYSROOT": str(sysroot),
+            "RVV_ATTN_EXPECT_VARIANT": config.expected_variant,
+            "RVV_ATTN_EXPECT_VLEN": str(config.vlen),
+            "RVV_ATTN_QEMU_CPU": config.qemu_cpu,
+            # The tests check that rvv_attn was imported from here.
+            "RVV_ATTN_EXPECT_INSTALLED_IN": str(venv),
+            # No pip configuration of the host (QEMU's -L falls back to the host's
+            # /etc): pip sees the wheel, the venv and the system, nothing else.
+            "PIP_CONFIG_FILE": "/dev/null",
+        },
+    )
     # A forced variant would defeat the check of what auto-selection picks.
     env.pop("RVV_ATTN_VARIANT", None)
     return env
@@ -165,8 +208,10 @@ class Timing:
 
     def line(self) -> str:
         status = "ok  " if self.ok else "FAIL"
-        return (f"{status} install-test {self.config:<10} venv {self.venv:5.1f} s, pip install {self.install:5.1f} s, "
-                f"tests {self.tests:6.1f} s")
+        return (
+            f"{status} install-test {self.config:<10} venv {self.venv:5.1f} s, pip install {self.install:5.1f} s, "
+            f"tests {self.tests:6.1f} s"
+        )
 
 
 class Clock:
@@ -179,8 +224,9 @@ class Clock:
         return round(elapsed, 1)
 
 
-def run_plan(qemu: Path, sysroot: Path, wheel: Path, plan: Sequence[tuple[Config, Sequence[str]]], work: Path,
-             cwd: Path) -> list[Timing]:
+def run_plan(
+    qemu: Path, sysroot: Path, wheel: Path, plan: Sequence[tuple[Config, Sequence[str]]], work: Path, cwd: Path
+) -> list[Timing]:
     """For each configuration: a fresh venv, pip install ``wheel``, pytest; results as for the test sessions.
 
     Returns the timings; each configuration's JUnit XML and summary.json go
@@ -218,8 +264,29 @@ def run_plan(qemu: Path, sysroot: Path, wheel: Path, plan: Sequence[tuple[Config
         timing.tests = clock.lap()
         outcome = testrun.parse_junit(junit) if junit.exists() else None
         timing.ok = returncode == 0 and outcome is not None and outcome.ok
-        testrun.write_summary(label, returncode, outcome, qemu_cpu=config.qemu_cpu, wheel=wheel.name,
-                              venv_seconds=timing.venv, install_seconds=timing.install, wall_seconds=timing.tests)
+        testrun.write_summary(
+            label,
+            returncode,
+            outcome,
+            qemu_cpu=config.qemu_cpu,
+            wheel=wheel.name,
+            venv_seconds=timing.venv,
+            install_seconds=timing.install,
+            wall_seconds=timing.tests,
+        )
         testrun.print_summary(label, returncode, outcome)
         timings.append(timing)
     return timings
+
+
+def run_session(session: steps.Session, plan: Sequence[tuple[Config, tuple[str, ...]]], wheel: Path | None) -> None:
+    """The install test of ``wheel`` (built by the release steps if None): run ``plan``, print each
+    configuration's outcome, fail if any failed."""
+    qemu_bin, root = steps.toolchain()
+    wheel = wheel or steps.release_artefacts(session, root)
+    timings = run_plan(qemu_bin, root, wheel, plan, BUILD_DIR / "install-test", cwd=Path.cwd())
+    print("\n".join(["", f"install test of {wheel.name}:", *(t.line() for t in timings)]), flush=True)
+    if not all(t.ok for t in timings):
+        raise DriverError(
+            "the install test failed in some configuration (above); JUnit XML in build/results/install-test-*"
+        )

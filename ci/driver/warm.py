@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import warm_guest as protocol
-from .errors import ConfigError, CrossError
+from .errors import ConfigError, DriverError
 from .paths import BUILD_DIR
 from .runner import guest_env, guest_program
 from .vlens import Variant, by_vlen, variants
@@ -42,8 +42,7 @@ DEFAULT_IDLE_TIMEOUT = 900
 POLICIES = ("undisturbed", "agnostic")
 # Read by the interpreter or by torch while importing: a request that sets
 # them differently from the target's start-up environment runs cold.
-STARTUP_PREFIXES = ("PYTHON", "OMP_", "GOMP_", "KMP_", "MKL_", "OPENBLAS_", "TORCH", "PYTORCH", "LD_", "LC_",
-                    "QEMU_")
+STARTUP_PREFIXES = ("PYTHON", "OMP_", "GOMP_", "KMP_", "MKL_", "OPENBLAS_", "TORCH", "PYTORCH", "LD_", "LC_", "QEMU_")
 STARTUP_NAMES = ("LANG",)
 # Applied per request by the child itself.
 PER_REQUEST = ("PYTHONPATH", "PYTHONDONTWRITEBYTECODE")
@@ -103,16 +102,20 @@ def parse_posargs(posargs: Sequence[str]) -> Options:
         name, sep, value = arg.partition("=")
         if name == "--vlens" and sep:
             try:
-                vlen_list = [v.vlen for v in variants()] if value == "all" else [by_vlen(int(v)).vlen
-                                                                                 for v in value.split(",") if v]
+                vlen_list = (
+                    [v.vlen for v in variants()]
+                    if value == "all"
+                    else [by_vlen(int(v)).vlen for v in value.split(",") if v]
+                )
             except ValueError as err:
                 raise ConfigError(f"--vlens={value}: {err}") from err
         elif name == "--policies" and sep:
             policies = list(POLICIES) if value == "all" else [p for p in value.split(",") if p]
             unknown = sorted(set(policies) - set(POLICIES))
             if unknown:
-                raise ConfigError(f"--policies={value}: unknown {', '.join(unknown)}; choose from "
-                                  f"{', '.join(POLICIES)} or all")
+                raise ConfigError(
+                    f"--policies={value}: unknown {', '.join(unknown)}; choose from {', '.join(POLICIES)} or all"
+                )
         elif name == "--idle-timeout" and sep:
             try:
                 opts.idle_timeout = float(value)
@@ -123,9 +126,10 @@ def parse_posargs(posargs: Sequence[str]) -> Options:
         elif arg == "--stop":
             opts.stop = True
         else:
-            raise ConfigError(f"nox -s warm: unknown argument {arg!r}",
-                              "use --vlens=128,256 [--policies=undisturbed,agnostic] [--idle-timeout=900], "
-                              "or --stop")
+            raise ConfigError(
+                f"nox -s warm: unknown argument {arg!r}",
+                "use --vlens=128,256 [--policies=undisturbed,agnostic] [--idle-timeout=900], or --stop",
+            )
     opts.targets = [Target(vlen, policy == "agnostic") for vlen in vlen_list for policy in policies]
     return opts
 
@@ -152,14 +156,21 @@ def ping(socket_path: Path, timeout: float = 5.0) -> dict | None:
 
 def startup_env(env: Mapping[str, str]) -> dict[str, str]:
     """The part of an environment that matters when the interpreter starts and imports torch."""
-    return {k: v for k, v in env.items()
-            if (k.startswith(STARTUP_PREFIXES) or k in STARTUP_NAMES) and k not in PER_REQUEST}
+    return {
+        k: v for k, v in env.items() if (k.startswith(STARTUP_PREFIXES) or k in STARTUP_NAMES) and k not in PER_REQUEST
+    }
 
 
 def identity(target: Target, qemu: Path, sysroot: Path, env: Mapping[str, str]) -> dict:
     """What a request must agree with to be served by a target (echoed back by its ping)."""
-    return {"label": target.label, "qemu": str(qemu), "sysroot": str(sysroot), "cpu": target.qemu_cpu,
-            "env": startup_env(env), "server": server_version()}
+    return {
+        "label": target.label,
+        "qemu": str(qemu),
+        "sysroot": str(sysroot),
+        "cpu": target.qemu_cpu,
+        "env": startup_env(env),
+        "server": server_version(),
+    }
 
 
 def server_version() -> str:
@@ -193,8 +204,9 @@ def python_args(cmd: Sequence[str]) -> tuple[Path, Path, str, list[str]] | None:
     return qemu, sysroot, cpu, args
 
 
-def route(cmd: Sequence[str], env: Mapping[str, str], warm_dir: Path = WARM_DIR,
-          report: Callable[[str], None] | None = None) -> list[str]:
+def route(
+    cmd: Sequence[str], env: Mapping[str, str], warm_dir: Path = WARM_DIR, report: Callable[[str], None] | None = None
+) -> list[str]:
     """``cmd`` through a matching running warm target, else ``cmd`` unchanged (a cold start)."""
     parsed = python_args(cmd)
     if parsed is None:
@@ -209,8 +221,10 @@ def route(cmd: Sequence[str], env: Mapping[str, str], warm_dir: Path = WARM_DIR,
         return list(cmd)
     if not matches(reply, identity(target, qemu, sysroot, env)):
         if report:
-            report(f"warm target {target.label} is running but was started with another QEMU, sysroot, server or "
-                   "start-up environment; starting cold (restart it: nox -s warm -- --vlens=...)")
+            report(
+                f"warm target {target.label} is running but was started with another QEMU, sysroot, server or "
+                "start-up environment; starting cold (restart it: nox -s warm -- --vlens=...)"
+            )
         return list(cmd)
     if report:
         report(f"running in the warm target {target.label} (pid {reply.get('pid')}; a fresh child per run)")
@@ -224,24 +238,50 @@ def check_warm_dir(warm_dir: Path, sysroot: Path) -> None:
     """The socket folder must be one the guest sees as the host's (QEMU ``-L`` prefers the sysroot's)."""
     top = Path(*warm_dir.resolve().parts[:2])
     if (sysroot / top.relative_to("/")).exists():
-        raise ConfigError(f"the warm targets' folder {warm_dir} is under {top}, which the sysroot also has; "
-                          "under qemu -L the guest would see the sysroot's copy",
-                          "set RVV_ATTN_BUILD_DIR to a folder outside /tmp, /usr, /etc, /var and /dev")
+        raise ConfigError(
+            f"the warm targets' folder {warm_dir} is under {top}, which the sysroot also has; "
+            "under qemu -L the guest would see the sysroot's copy",
+            "set RVV_ATTN_BUILD_DIR to a folder outside /tmp, /usr, /etc, /var and /dev",
+        )
     longest = max(len(str(t.socket_path(warm_dir))) for t in all_targets())
     if longest > UNIX_PATH_MAX:
-        raise ConfigError(f"socket paths under {warm_dir} are {longest} bytes, more than a Unix socket allows",
-                          "set RVV_ATTN_BUILD_DIR to a shorter path")
+        raise ConfigError(
+            f"socket paths under {warm_dir} are {longest} bytes, more than a Unix socket allows",
+            "set RVV_ATTN_BUILD_DIR to a shorter path",
+        )
 
 
-def server_command(target: Target, qemu: Path, sysroot: Path, info: dict, idle_timeout: float,
-                   warm_dir: Path = WARM_DIR) -> list[str]:
-    return [str(qemu), "-L", str(sysroot), "-cpu", target.qemu_cpu, guest_program(sysroot, "python3"),
-            str(GUEST_SCRIPT), "--socket", str(target.socket_path(warm_dir)), "--idle-timeout", str(idle_timeout),
-            "--preload", ",".join(PRELOAD), "--info", json.dumps(info)]
+def server_command(
+    target: Target, qemu: Path, sysroot: Path, info: dict, idle_timeout: float, warm_dir: Path = WARM_DIR
+) -> list[str]:
+    return [
+        str(qemu),
+        "-L",
+        str(sysroot),
+        "-cpu",
+        target.qemu_cpu,
+        guest_program(sysroot, "python3"),
+        str(GUEST_SCRIPT),
+        "--socket",
+        str(target.socket_path(warm_dir)),
+        "--idle-timeout",
+        str(idle_timeout),
+        "--preload",
+        ",".join(PRELOAD),
+        "--info",
+        json.dumps(info),
+    ]
 
 
-def start(targets: Sequence[Target], qemu: Path, sysroot: Path, idle_timeout: float = DEFAULT_IDLE_TIMEOUT,
-          warm_dir: Path = WARM_DIR, report: Callable[[str], None] = print, timeout: float = 900) -> None:
+def start(
+    targets: Sequence[Target],
+    qemu: Path,
+    sysroot: Path,
+    idle_timeout: float = DEFAULT_IDLE_TIMEOUT,
+    warm_dir: Path = WARM_DIR,
+    report: Callable[[str], None] = print,
+    timeout: float = 900,
+) -> None:
     """Start the targets that are not already running (in parallel); return when all answer."""
     check_warm_dir(warm_dir, sysroot)
     warm_dir.mkdir(parents=True, exist_ok=True)
@@ -260,25 +300,37 @@ def start(targets: Sequence[Target], qemu: Path, sysroot: Path, idle_timeout: fl
             stop([target], warm_dir, report)
         with target.log_path(warm_dir).open("w") as log:
             starting[target] = subprocess.Popen(
-                server_command(target, qemu, sysroot, wanted, idle_timeout, warm_dir), env=env, cwd=warm_dir,
-                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+                server_command(target, qemu, sysroot, wanted, idle_timeout, warm_dir),
+                env=env,
+                cwd=warm_dir,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
     if starting:
-        report(f"starting {', '.join(t.label for t in starting)}: each imports torch under QEMU once "
-               f"(~25 s of CPU each); idle timeout {idle_timeout:.0f} s")
+        report(
+            f"starting {', '.join(t.label for t in starting)}: each imports torch under QEMU once "
+            f"(~25 s of CPU each); idle timeout {idle_timeout:.0f} s"
+        )
     began = time.monotonic()
     while starting:
         for target, proc in list(starting.items()):
             if proc.poll() is not None:
                 tail = target.log_path(warm_dir).read_text(errors="replace")[-3000:]
-                raise CrossError(f"warm target {target.label} exited with {proc.returncode} while starting:\n{tail}",
-                                 f"its log: {target.log_path(warm_dir)}")
+                raise DriverError(
+                    f"warm target {target.label} exited with {proc.returncode} while starting:\n{tail}",
+                    f"its log: {target.log_path(warm_dir)}",
+                )
             reply = ping(target.socket_path(warm_dir))
             if reply is not None:
                 report(f"{target.label}: ready in {time.monotonic() - began:.0f} s (pid {reply['pid']})")
                 del starting[target]
         if time.monotonic() - began > timeout:
-            raise CrossError(f"warm targets {', '.join(t.label for t in starting)} not ready after {timeout:.0f} s",
-                             f"see their logs in {warm_dir}")
+            raise DriverError(
+                f"warm targets {', '.join(t.label for t in starting)} not ready after {timeout:.0f} s",
+                f"see their logs in {warm_dir}",
+            )
         if starting:
             time.sleep(0.5)
 
@@ -292,8 +344,39 @@ def running(warm_dir: Path = WARM_DIR) -> list[tuple[Target, dict]]:
     return found
 
 
-def stop(targets: Sequence[Target] | None = None, warm_dir: Path = WARM_DIR,
-         report: Callable[[str], None] = print, wait: float = 15.0) -> int:
+def run_session(posargs: Sequence[str], report: Callable[[str], None]) -> None:
+    """`nox -s warm`: start the targets asked for, stop them (--stop), or list the running ones."""
+    opts = parse_posargs(posargs)
+    if opts.stop:
+        if not stop(report=report):
+            report("no warm target was running")
+    elif not opts.targets:
+        for line in status_lines():
+            report(line)
+    else:
+        from .steps import toolchain  # steps imports this module (through testrun)
+
+        qemu_bin, root = toolchain()
+        start(opts.targets, qemu_bin, root, opts.idle_timeout, report=report)
+
+
+def status_lines(warm_dir: Path = WARM_DIR) -> list[str]:
+    """What ``nox -s warm`` without options prints: the running targets and how to start or stop them."""
+    found = running(warm_dir)
+    lines = [
+        f"{target.label}: running (pid {info['pid']}, {info['running']} request(s) in flight)" for target, info in found
+    ]
+    lines.append("stop them with: nox -s warm -- --stop" if found else "no warm target is running")
+    lines.append("start some with: nox -s warm -- --vlens=256  (or --vlens=all --policies=all for repro)")
+    return lines
+
+
+def stop(
+    targets: Sequence[Target] | None = None,
+    warm_dir: Path = WARM_DIR,
+    report: Callable[[str], None] = print,
+    wait: float = 15.0,
+) -> int:
     """Stop the given targets (default: every running one); returns how many were stopped."""
     stopped = 0
     for target in all_targets() if targets is None else targets:

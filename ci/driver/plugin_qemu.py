@@ -33,8 +33,12 @@ RECIPE_VERSION = 1
 MARKER = "build.json"
 SOURCE_PACKAGE = "qemu"
 CONFIGURE_FLAGS = (
-    "--target-list=riscv64-linux-user", "--enable-plugins",
-    "--disable-system", "--disable-tools", "--disable-docs", "--disable-werror",
+    "--target-list=riscv64-linux-user",
+    "--enable-plugins",
+    "--disable-system",
+    "--disable-tools",
+    "--disable-docs",
+    "--disable-werror",
     # The "+ds" source drops the firmware blobs and bundled wheels.
     "--disable-install-blobs",
 )
@@ -80,8 +84,12 @@ def upstream_version(debian_version: str) -> str:
 
 
 def configure_command(source: Path, python: Path, pin: QemuPin) -> list[str]:
-    return [str(source / "configure"), f"--python={python}", *CONFIGURE_FLAGS,
-            f"--with-pkgversion=Debian {pin.version}, plugin-capable build"]
+    return [
+        str(source / "configure"),
+        f"--python={python}",
+        *CONFIGURE_FLAGS,
+        f"--with-pkgversion=Debian {pin.version}, plugin-capable build",
+    ]
 
 
 def is_complete(root: Path, pin: QemuPin) -> bool:
@@ -89,8 +97,9 @@ def is_complete(root: Path, pin: QemuPin) -> bool:
         data = json.loads((root / MARKER).read_text())
     except (OSError, ValueError):
         return False
-    return (data.get("version") == pin.version and data.get("recipe") == RECIPE_VERSION
-            and (root / "qemu-riscv64").exists())
+    return (
+        data.get("version") == pin.version and data.get("recipe") == RECIPE_VERSION and (root / "qemu-riscv64").exists()
+    )
 
 
 def ensure_plugin_qemu(python: Path, pin: QemuPin | None = None) -> PluginQemu:
@@ -134,9 +143,15 @@ def _build(pin: QemuPin, root: Path, python: Path) -> None:
     build = source / "build"
     build.mkdir()
     with Stopwatch("configuring QEMU (riscv64-linux-user, plugins enabled)"):
-        run(configure_command(source, python, pin), cwd=build,
-            hint="the build needs " + ", ".join(BUILD_PACKAGES) + " (apt) and " + ", ".join(BUILD_REQUIREMENTS)
-            + f" (PyPI) in {python}")
+        run(
+            configure_command(source, python, pin),
+            cwd=build,
+            hint="the build needs "
+            + ", ".join(BUILD_PACKAGES)
+            + " (apt) and "
+            + ", ".join(BUILD_REQUIREMENTS)
+            + f" (PyPI) in {python}",
+        )
     with Stopwatch("building qemu-riscv64 with ninja (about 1.5 min on 2 cores)"):
         run(["ninja", "qemu-riscv64"], cwd=build, stream=True)
     partial = root.with_name(root.name + ".partial")
@@ -146,12 +161,23 @@ def _build(pin: QemuPin, root: Path, python: Path) -> None:
     shutil.copy2(source / "include" / "qemu" / "qemu-plugin.h", partial / "include" / "qemu-plugin.h")
     version = qemu_version(partial / "qemu-riscv64")
     if upstream_version(pin.version) not in version:
-        raise IntegrityError(f"the built qemu-riscv64 reports {version!r}, not the pinned {pin.version}",
-                             f"delete {partial.parent} and rerun; report it if it happens again")
-    (partial / MARKER).write_text(json.dumps({
-        "version": pin.version, "recipe": RECIPE_VERSION, "reports": version,
-        "configure": list(CONFIGURE_FLAGS), "build_seconds": round(time.monotonic() - started),
-    }, indent=2) + "\n")
+        raise IntegrityError(
+            f"the built qemu-riscv64 reports {version!r}, not the pinned {pin.version}",
+            f"delete {partial.parent} and rerun; report it if it happens again",
+        )
+    (partial / MARKER).write_text(
+        json.dumps(
+            {
+                "version": pin.version,
+                "recipe": RECIPE_VERSION,
+                "reports": version,
+                "configure": list(CONFIGURE_FLAGS),
+                "build_seconds": round(time.monotonic() - started),
+            },
+            indent=2,
+        )
+        + "\n"
+    )
     partial.rename(root)
     shutil.rmtree(work, ignore_errors=True)
     log(f"plugin-capable qemu-riscv64: {root / 'qemu-riscv64'} ({version})")
@@ -163,15 +189,29 @@ def qemu_version(binary: Path) -> str:
 
 
 def plugin_compile_command(qemu: PluginQemu, source: Path, output: Path, glib_cflags: list[str]) -> list[str]:
-    return ["clang-19", "-std=c11", "-O2", "-fPIC", "-shared", "-Wall", "-Wextra", "-Werror",
-            f"-I{qemu.include_dir}", *glib_cflags, str(source), "-o", str(output)]
+    return [
+        "clang-19",
+        "-std=c11",
+        "-O2",
+        "-fPIC",
+        "-shared",
+        "-Wall",
+        "-Wextra",
+        "-Werror",
+        f"-I{qemu.include_dir}",
+        *glib_cflags,
+        str(source),
+        "-o",
+        str(output),
+    ]
 
 
 def build_plugin(qemu: PluginQemu, out_dir: Path, source: Path = PLUGIN_SOURCE) -> Path:
     """Compile the instruction-counting plugin for the host (again only when its source changed)."""
     output = out_dir / "libinsn_count.so"
-    stale = not output.exists() or output.stat().st_mtime < max(source.stat().st_mtime,
-                                                                (qemu.root / MARKER).stat().st_mtime)
+    stale = not output.exists() or output.stat().st_mtime < max(
+        source.stat().st_mtime, (qemu.root / MARKER).stat().st_mtime
+    )
     if stale:
         out_dir.mkdir(parents=True, exist_ok=True)
         cflags = run(["pkg-config", "--cflags", "glib-2.0"]).split()

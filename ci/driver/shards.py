@@ -119,8 +119,13 @@ def summary_lines(log: Path, failures: bool) -> list[str]:
     return tail[-1:] or lines[-5:]
 
 
-def run_shards(groups: Sequence[Sequence[str]], command_for: Callable[[list[str], Path], tuple[list[str], dict]],
-               folder: Path, report: Callable[[str], None], progress_every: float = 30.0) -> list[ShardResult]:
+def run_shards(
+    groups: Sequence[Sequence[str]],
+    command_for: Callable[[list[str], Path], tuple[list[str], dict]],
+    folder: Path,
+    report: Callable[[str], None],
+    progress_every: float = 30.0,
+) -> list[ShardResult]:
     """Run one pytest process per group at once; ``command_for(files, junit)`` gives its command and environment.
 
     Each shard's output goes to ``folder``/pytest-shardN.log; a line reports each shard's finish, and while
@@ -137,8 +142,9 @@ def run_shards(groups: Sequence[Sequence[str]], command_for: Callable[[list[str]
         with log_path.open("w") as log:
             log.write("$ " + " ".join(cmd) + "\n\n")
             log.flush()
-            code = subprocess.run(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                  cwd=PROJECT_ROOT).returncode
+            code = subprocess.run(
+                cmd, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=PROJECT_ROOT
+            ).returncode
         seconds = time.monotonic() - start
         results[index] = ShardResult(index, code, seconds, log_path, junit, files)
         state = "ok" if code == 0 else f"FAILED (exit {code})"
@@ -153,9 +159,14 @@ def run_shards(groups: Sequence[Sequence[str]], command_for: Callable[[list[str]
             t.join(timeout=max(0.1, progress_every / len(threads)))
         if any(t.is_alive() for t in threads) and progress_every and time.monotonic() - started >= progress_every:
             started = time.monotonic()
-            report("running: " + ", ".join(
-                f"shard {i + 1} {progress(folder / f'pytest-shard{i + 1}.log')}" for i in range(len(groups))
-                if results[i] is None))
+            report(
+                "running: "
+                + ", ".join(
+                    f"shard {i + 1} {progress(folder / f'pytest-shard{i + 1}.log')}"
+                    for i in range(len(groups))
+                    if results[i] is None
+                )
+            )
     return [r for r in results if r is not None]
 
 

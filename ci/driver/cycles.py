@@ -119,7 +119,7 @@ def instruction_lengths(code: bytes) -> list[int]:
 def transfers_control(code: bytes) -> bool:
     """Whether the last instruction of ``code`` may go anywhere but the next one (jump, branch, ecall)."""
     sizes = instruction_lengths(code)
-    last = int.from_bytes(code[len(code) - sizes[-1]:], "little")
+    last = int.from_bytes(code[len(code) - sizes[-1] :], "little")
     if sizes[-1] == 2:
         quadrant, funct3 = last & 3, (last >> 13) & 7
         if quadrant == 1:
@@ -159,13 +159,17 @@ def disassemble(code: bytes, mattr: str) -> list[str]:
     """``code`` as assembly text, one instruction per line (llvm-mc's disassembler)."""
     sizes = instruction_lengths(code)
     text = " ".join(f"0x{b:02x}" for b in code)
-    proc = subprocess.run([LLVM_MC, "--disassemble", "-triple=riscv64", f"-mattr={mattr}"], input=text,
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [LLVM_MC, "--disassemble", "-triple=riscv64", f"-mattr={mattr}"], input=text, capture_output=True, text=True
+    )
     lines = [line.strip() for line in proc.stdout.splitlines() if line.strip() and not line.lstrip().startswith(".")]
     if proc.returncode != 0 or len(lines) != len(sizes):
-        raise CommandFailed([LLVM_MC, "--disassemble", f"-mattr={mattr}"], proc.returncode,
-                            f"{len(sizes)} instructions in {code.hex()}, {len(lines)} decoded\n{proc.stderr}",
-                            "check that the block's code came from the kernel library's text")
+        raise CommandFailed(
+            [LLVM_MC, "--disassemble", f"-mattr={mattr}"],
+            proc.returncode,
+            f"{len(sizes)} instructions in {code.hex()}, {len(lines)} decoded\n{proc.stderr}",
+            "check that the block's code came from the kernel library's text",
+        )
     return [" ".join(line.split()) for line in lines]
 
 
@@ -193,9 +197,18 @@ def run_mca(source: str, core: Core, iterations: int = ITERATIONS) -> list[Regio
     """Every region of ``source`` through llvm-mca for ``core``: its steady-state cycles per iteration."""
     # A call's cost is its jump: the callee's instructions are blocks of their own (mca's default charges a call
     # 100 cycles of latency). A fence has no scheduling class in some models: it is timed as free, and is rare.
-    cmd = [LLVM_MCA, "-mtriple=riscv64", f"-mcpu={core.cpu}", f"-mattr={core.mattr}", f"-iterations={iterations}",
-           "--call-latency=1", "--skip-unsupported-instructions=lack-sched",
-           "--json", "--resource-pressure=false", "--instruction-info=false"]
+    cmd = [
+        LLVM_MCA,
+        "-mtriple=riscv64",
+        f"-mcpu={core.cpu}",
+        f"-mattr={core.mattr}",
+        f"-iterations={iterations}",
+        "--call-latency=1",
+        "--skip-unsupported-instructions=lack-sched",
+        "--json",
+        "--resource-pressure=false",
+        "--instruction-info=false",
+    ]
     proc = subprocess.run(cmd, input=source, capture_output=True, text=True)
     if proc.returncode != 0:
         raise CommandFailed(cmd, proc.returncode, proc.stderr)
@@ -203,8 +216,14 @@ def run_mca(source: str, core: Core, iterations: int = ITERATIONS) -> list[Regio
     costs = []
     for region in regions:
         summary = region["SummaryView"]
-        costs.append(RegionCost(region.get("Name", ""), summary["TotalCycles"] / summary["Iterations"],
-                                summary["Instructions"] // summary["Iterations"], float(summary["BlockRThroughput"])))
+        costs.append(
+            RegionCost(
+                region.get("Name", ""),
+                summary["TotalCycles"] / summary["Iterations"],
+                summary["Instructions"] // summary["Iterations"],
+                float(summary["BlockRThroughput"]),
+            )
+        )
     return costs
 
 
@@ -214,7 +233,9 @@ def llvm_version() -> str:
     except FileNotFoundError:
         proc = None
     if proc is None or proc.returncode != 0:
-        raise MissingPrerequisite(f"{LLVM_MCA} is not installed", f"apt-get install {LLVM_PACKAGE}, or run nox -s setup")
+        raise MissingPrerequisite(
+            f"{LLVM_MCA} is not installed", f"apt-get install {LLVM_PACKAGE}, or run nox -s setup"
+        )
     return next((line.strip() for line in proc.stdout.splitlines() if "version" in line), proc.stdout.strip())
 
 
@@ -245,13 +266,18 @@ class CostCache:
             regions = [(f"b{i}", b.vtype, disassemble(b.code, core.mattr)) for i, b in enumerate(missing)]
             results = run_mca(region_source(regions), core)
             if len(results) != len(missing):
-                raise CommandFailed([LLVM_MCA, f"-mcpu={core.cpu}"], 0,
-                                    f"{len(results)} regions reported for {len(missing)} blocks")
+                raise CommandFailed(
+                    [LLVM_MCA, f"-mcpu={core.cpu}"], 0, f"{len(results)} regions reported for {len(missing)} blocks"
+                )
             for block, result in zip(missing, results):
                 found[block] = result.cycles_per_iteration
                 path = self.folder / f"{self._key(block, core)}.json"
-                path.write_text(json.dumps({"cycles_per_iteration": result.cycles_per_iteration,
-                                            "core": core.key(), "llvm": self.version}) + "\n")
+                path.write_text(
+                    json.dumps(
+                        {"cycles_per_iteration": result.cycles_per_iteration, "core": core.key(), "llvm": self.version}
+                    )
+                    + "\n"
+                )
         return found
 
 

@@ -6,6 +6,7 @@ import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from .paths import BUILD_DIR
 from .vlens import Variant
 
 # A CPU without V, for steps that run no kernel (byte-compiling).
@@ -26,14 +27,16 @@ def guest_program(sysroot: Path, program: str) -> str:
     raise FileNotFoundError(f"{program} is not in the sysroot's /usr/bin ({sysroot})")
 
 
-def guest_command(qemu: Path, sysroot: Path, variant: Variant | None, argv: Sequence[str],
-                  agnostic_ones: bool = False) -> list[str]:
+def guest_command(
+    qemu: Path, sysroot: Path, variant: Variant | None, argv: Sequence[str], agnostic_ones: bool = False
+) -> list[str]:
     cpu = variant.qemu_cpu(agnostic_ones) if variant else SCALAR_CPU
     return [str(qemu), "-L", str(sysroot), "-cpu", cpu, guest_program(sysroot, argv[0]), *argv[1:]]
 
 
-def guest_env(stage: Path | None, tmpdir: Path, host_env: Mapping[str, str] | None = None,
-              extra: Mapping[str, str] | None = None) -> dict[str, str]:
+def guest_env(
+    stage: Path | None, tmpdir: Path, host_env: Mapping[str, str] | None = None, extra: Mapping[str, str] | None = None
+) -> dict[str, str]:
     host_env = os.environ if host_env is None else host_env
     env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "TMPDIR": str(tmpdir), "PYTHONDONTWRITEBYTECODE": "1"}
     for name in PASS_THROUGH:
@@ -45,3 +48,10 @@ def guest_env(stage: Path | None, tmpdir: Path, host_env: Mapping[str, str] | No
     if extra:
         env.update(extra)
     return env
+
+
+def staged_guest_env(stage: Path) -> dict[str, str]:
+    """``guest_env`` for ``stage`` with the build tree's scratch folder (build/tmp) as TMPDIR."""
+    tmp = BUILD_DIR / "tmp"
+    tmp.mkdir(parents=True, exist_ok=True)
+    return guest_env(stage, tmp)

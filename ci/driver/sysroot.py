@@ -53,7 +53,7 @@ class Manifest:
     packages: tuple[str, ...]
 
     @classmethod
-    def load(cls, path: Path = MANIFEST_FILE) -> "Manifest":
+    def load(cls, path: Path = MANIFEST_FILE) -> Manifest:
         data = json.loads(path.read_text())
         return cls(data["suite"], data["arch"], tuple(data["packages"]))
 
@@ -74,9 +74,14 @@ def mmdebstrap_command(manifest: Manifest, archive_url: str, target: Path) -> li
     # went in (an extract-only root has no dpkg status). take_deb_versions
     # records and then deletes them.
     return [
-        "mmdebstrap", "--variant=extract", f"--architectures={manifest.arch}",
-        f"--include={','.join(manifest.packages)}", "--skip=cleanup/apt/cache",
-        manifest.suite, str(target), source,
+        "mmdebstrap",
+        "--variant=extract",
+        f"--architectures={manifest.arch}",
+        f"--include={','.join(manifest.packages)}",
+        "--skip=cleanup/apt/cache",
+        manifest.suite,
+        str(target),
+        source,
     ]
 
 
@@ -105,7 +110,7 @@ def parse_deb_names(text: str) -> dict[str, str]:
 def format_lock(manifest: Manifest, versions: dict[str, str]) -> str:
     lines = [
         f"# riscv64 sysroot lock: Debian {manifest.suite}/{manifest.arch}, {len(versions)} packages.",
-        "# Written by the sysroot build (ci/cross/sysroot.py); commit it when it changes.",
+        "# Written by the sysroot build (ci/driver/sysroot.py); commit it when it changes.",
     ]
     lines += [f"{name} {version}" for name, version in versions.items()]
     return "\n".join(lines) + "\n"
@@ -230,8 +235,12 @@ def _build(manifest: Manifest, root: Path, key: str, qemu: Path) -> Path:
         prefix = host.privilege_prefix()
         # As root, mmdebstrap needs no user namespaces (which some hosts, e.g.
         # Ubuntu 24.04 with AppArmor, forbid); the tree is handed back after.
-        run([*(prefix or []), *mmdebstrap_command(manifest, archive_url, partial)], stream=True,
-            hint="mmdebstrap needs root, passwordless sudo or unprivileged user namespaces; see README, Troubleshooting")
+        run(
+            [*(prefix or []), *mmdebstrap_command(manifest, archive_url, partial)],
+            stream=True,
+            hint="mmdebstrap needs root, passwordless sudo or unprivileged user namespaces; "
+            "see README, Troubleshooting",
+        )
         if prefix:
             run([*prefix, "chown", "-R", f"{os.getuid()}:{os.getgid()}", str(partial)])
         versions = take_deb_versions(partial)
@@ -239,10 +248,18 @@ def _build(manifest: Manifest, root: Path, key: str, qemu: Path) -> Path:
     with Stopwatch("byte-compiling the sysroot's Python trees under QEMU (about 2-4 minutes)"):
         byte_compile(partial, qemu)
     record_lock(manifest, versions)
-    (partial / MARKER).write_text(json.dumps({
-        "key": key, "suite": manifest.suite, "packages": len(versions),
-        "build_seconds": round(time.monotonic() - started), "size_bytes": tree_size(partial),
-    }, indent=2))
+    (partial / MARKER).write_text(
+        json.dumps(
+            {
+                "key": key,
+                "suite": manifest.suite,
+                "packages": len(versions),
+                "build_seconds": round(time.monotonic() - started),
+                "size_bytes": tree_size(partial),
+            },
+            indent=2,
+        )
+    )
     partial.rename(root)
     return root
 
@@ -254,8 +271,10 @@ def record_lock(manifest: Manifest, versions: dict[str, str]) -> None:
         return
     LOCK_FILE.write_text(format_lock(manifest, versions))
     if old:
-        log(f"the archive served other versions than {LOCK_FILE.name} records ({len(drift)} changes); "
-            "the file is updated, commit it:")
+        log(
+            f"the archive served other versions than {LOCK_FILE.name} records ({len(drift)} changes); "
+            "the file is updated, commit it:"
+        )
         for line in drift[:20]:
             log(f"  {line}")
 

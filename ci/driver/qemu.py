@@ -28,7 +28,7 @@ class QemuPin:
     sha256: str
 
     @classmethod
-    def load(cls, path: Path = PIN_FILE) -> "QemuPin":
+    def load(cls, path: Path = PIN_FILE) -> QemuPin:
         data = json.loads(path.read_text())
         return cls(data["package"], data["suite"], data["version"], data["member"], data["sha256"])
 

@@ -65,8 +65,10 @@ def parse_posargs(posargs: Sequence[str]) -> Options:
             wanted = [c for c in value.split(",") if c]
             unknown = [c for c in wanted if c not in known]
             if unknown or not wanted:
-                raise ConfigError(f"--configs={value}: unknown {', '.join(unknown) or '(none given)'}",
-                                  f"choose from {', '.join(known)}")
+                raise ConfigError(
+                    f"--configs={value}: unknown {', '.join(unknown) or '(none given)'}",
+                    f"choose from {', '.join(known)}",
+                )
             opts.configs = [known[c] for c in wanted]
         else:
             rest.append(arg)
@@ -94,13 +96,13 @@ def order(configs: Sequence[Config], seconds: Mapping[str, float]) -> list[Confi
     By the last recorded wall time; a configuration never run before ranks by what usually costs most: the
     portable lane (it also runs the portable build), then the agnostic lanes, then the larger VLENs.
     """
+
     def static_rank(c: Config) -> tuple[int, int, int]:
         return (c.vlen == vlens.portable_lane() and not c.agnostic, c.agnostic, c.vlen or 0)
 
     known = [c for c in configs if label(c) in seconds]
     new = [c for c in configs if label(c) not in seconds]
-    return (sorted(new, key=static_rank, reverse=True)
-            + sorted(known, key=lambda c: seconds[label(c)], reverse=True))
+    return sorted(new, key=static_rank, reverse=True) + sorted(known, key=lambda c: seconds[label(c)], reverse=True)
 
 
 def paths(config: Config) -> tuple[Path, Path]:
@@ -108,18 +110,25 @@ def paths(config: Config) -> tuple[Path, Path]:
     return folder / "pytest.log", folder / "junit.xml"
 
 
-def run(configs: Sequence[Config], command_for: repro.Runner, jobs: int = 0,
-        report: Callable[[str], None] = print) -> list[repro.ConfigResult]:
+def run(
+    configs: Sequence[Config], command_for: repro.Runner, jobs: int = 0, report: Callable[[str], None] = print
+) -> list[repro.ConfigResult]:
     """Run ``configs`` ``jobs`` at a time (longest first); record each one's summary.json for the summary."""
     queue = order(configs, recorded_seconds())
     results = repro.run_matrix(queue, command_for, BUILD_DIR / "results", jobs, report=report, paths=paths)
     for r in results:
         junit = paths(r.config)[1]
         outcome = testrun.parse_junit(junit) if junit.exists() else None
-        testrun.write_summary(label(r.config), r.returncode, outcome, vlen=r.config.vlen,
-                              qemu_cpu=r.config.variant.qemu_cpu(r.config.agnostic),
-                              wall_seconds=round(r.seconds, 1), log=str(r.log),
-                              variant_independent="run" if runs_variant_independent(r.config) else "deselected")
+        testrun.write_summary(
+            label(r.config),
+            r.returncode,
+            outcome,
+            vlen=r.config.vlen,
+            qemu_cpu=r.config.variant.qemu_cpu(r.config.agnostic),
+            wall_seconds=round(r.seconds, 1),
+            log=str(r.log),
+            variant_independent="run" if runs_variant_independent(r.config) else "deselected",
+        )
     order_in = {c.label: i for i, c in enumerate(configs)}
     return sorted(results, key=lambda r: order_in[r.config.label])
 
@@ -143,19 +152,27 @@ def ok(result: repro.ConfigResult) -> bool:
     return result.ok and junit.exists() and testrun.parse_junit(junit).ok
 
 
-def report_lines(results: Sequence[repro.ConfigResult], wall_seconds: float, jobs: int,
-                 max_failures: int = 30) -> list[str]:
+def report_lines(
+    results: Sequence[repro.ConfigResult], wall_seconds: float, jobs: int, max_failures: int = 30
+) -> list[str]:
     """One line per configuration, then every failing test with its configuration and first message line."""
-    lines = [f"emulated configurations: {len(results)}, {jobs} at a time, {wall_seconds:.0f} s wall "
-             f"(their own wall times add up to {sum(r.seconds for r in results):.0f} s)"]
+    lines = [
+        f"emulated configurations: {len(results)}, {jobs} at a time, {wall_seconds:.0f} s wall "
+        f"(their own wall times add up to {sum(r.seconds for r in results):.0f} s)"
+    ]
     for r in results:
         junit = paths(r.config)[1]
         outcome = testrun.parse_junit(junit) if junit.exists() else None
         text = outcome.line() if outcome else f"no report (exit code {r.returncode})"
-        lines.append(f"  {'ok  ' if ok(r) else 'FAIL'} {label(r.config):<24} {text}; wall {r.seconds:.0f} s; "
-                     f"log {r.log}")
-    failures = [(label(r.config), test, cell.message) for r in results for test, cell in sorted(r.cases.items())
-                if cell.status in ("failed", "error")]
+        lines.append(
+            f"  {'ok  ' if ok(r) else 'FAIL'} {label(r.config):<24} {text}; wall {r.seconds:.0f} s; log {r.log}"
+        )
+    failures = [
+        (label(r.config), test, cell.message)
+        for r in results
+        for test, cell in sorted(r.cases.items())
+        if cell.status in ("failed", "error")
+    ]
     if failures:
         lines.append(f"failing tests ({len(failures)}):")
         lines += [f"  {where}: {test}: {message}" for where, test, message in failures[:max_failures]]
@@ -164,8 +181,10 @@ def report_lines(results: Sequence[repro.ConfigResult], wall_seconds: float, job
     for r in results:
         if not ok(r) and not any(c.status in ("failed", "error") for c in r.cases.values()):
             tail = _tail(r.log)
-            lines.append(f"  {label(r.config)}: exit {r.returncode} without a failing test (crash, or nothing "
-                         f"collected); last lines of {r.log}:")
+            lines.append(
+                f"  {label(r.config)}: exit {r.returncode} without a failing test (crash, or nothing "
+                f"collected); last lines of {r.log}:"
+            )
             lines += [f"    {line}" for line in tail]
     return lines
 

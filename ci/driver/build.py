@@ -40,31 +40,55 @@ def host_install_args(build_dir: Path = BUILD_DIR / "host", extra_cmake: Sequenc
     dependence on whichever g++ the host has.
     """
     args = [
-        "install", "--no-build-isolation", "--no-deps", "--force-reinstall",
-        "-C", f"build-dir={build_dir}",
-        "-C", "cmake.define.CMAKE_CXX_COMPILER=clang++-19",
+        "install",
+        "--no-build-isolation",
+        "--no-deps",
+        "--force-reinstall",
+        "-C",
+        f"build-dir={build_dir}",
+        "-C",
+        "cmake.define.CMAKE_CXX_COMPILER=clang++-19",
     ]
     for define in extra_cmake:
         args += ["-C", f"cmake.define.{define}"]
     return args + [str(PROJECT_ROOT)]
 
 
-def cross_wheel_args(sysroot: Path, out_dir: Path, variants: Sequence[Variant],
-                     build_dir: Path = BUILD_DIR / "riscv64", build_type: str = "Release",
-                     launcher: str | None = None) -> list[str]:
-    """``pip wheel`` arguments for the riscv64 wheel holding ``variants`` and the portable build."""
+def cross_wheel_args(
+    sysroot: Path,
+    out_dir: Path,
+    variants: Sequence[Variant],
+    build_dir: Path = BUILD_DIR / "riscv64",
+    build_type: str = "Release",
+    launcher: str | None = None,
+    source: Path = PROJECT_ROOT,
+) -> list[str]:
+    """``pip wheel`` arguments for the riscv64 wheel holding ``variants`` and the portable build, from ``source``
+    (the checkout, or for a release the unpacked sdist)."""
     vlens = ";".join(str(v.vlen) for v in variants)
     cache = ["-C", f"cmake.define.CMAKE_CXX_COMPILER_LAUNCHER={launcher}"] if launcher else []
     return [
-        "wheel", "--no-build-isolation", "--no-deps", "-w", str(out_dir), *cache,
-        "-C", f"build-dir={build_dir}",
-        "-C", f"cmake.build-type={build_type}",
-        "-C", f"cmake.toolchain-file={TOOLCHAIN_FILE}",
-        "-C", f"wheel.tags={RISCV_WHEEL_TAG}",
-        "-C", "cmake.python-hints=false",
-        "-C", f"cmake.define.RVV_ATTN_SYSROOT={sysroot}",
-        "-C", f"cmake.define.RVV_ATTN_VLENS={vlens}",
-        str(PROJECT_ROOT),
+        "wheel",
+        "--no-build-isolation",
+        "--no-deps",
+        "-w",
+        str(out_dir),
+        *cache,
+        "-C",
+        f"build-dir={build_dir}",
+        "-C",
+        f"cmake.build-type={build_type}",
+        "-C",
+        f"cmake.toolchain-file={TOOLCHAIN_FILE}",
+        "-C",
+        f"wheel.tags={RISCV_WHEEL_TAG}",
+        "-C",
+        "cmake.python-hints=false",
+        "-C",
+        f"cmake.define.RVV_ATTN_SYSROOT={sysroot}",
+        "-C",
+        f"cmake.define.RVV_ATTN_VLENS={vlens}",
+        str(source),
     ]
 
 
@@ -115,8 +139,9 @@ def cross_tree(only: Sequence[Variant] | None = None, build_dir: Path = BUILD_DI
     if only is None or {v.vlen for v in only} == {v.vlen for v in table_variants()}:
         return CrossTree(build_dir / "riscv64", build_dir / "wheels", build_dir / "stage-riscv64")
     suffix = "-".join(v.name for v in sorted(set(only), key=lambda v: v.vlen))
-    return CrossTree(build_dir / f"riscv64-{suffix}", build_dir / f"wheels-{suffix}",
-                     build_dir / f"stage-riscv64-{suffix}")
+    return CrossTree(
+        build_dir / f"riscv64-{suffix}", build_dir / f"wheels-{suffix}", build_dir / f"stage-riscv64-{suffix}"
+    )
 
 
 PACKAGE_DIR = PROJECT_ROOT / "python" / "rvv_attn"
@@ -175,8 +200,11 @@ def _restore_wheel_generated(tree: CrossTree, stage: Path) -> None:
 
 
 def _replace(source: Path, target: Path) -> None:
-    if target.exists() and target.stat().st_mtime_ns == source.stat().st_mtime_ns \
-            and target.stat().st_size == source.stat().st_size:
+    if (
+        target.exists()
+        and target.stat().st_mtime_ns == source.stat().st_mtime_ns
+        and target.stat().st_size == source.stat().st_size
+    ):
         return
     target.parent.mkdir(parents=True, exist_ok=True)
     partial = target.with_name(target.name + ".partial")
@@ -227,8 +255,12 @@ COMPILER_CACHE_PACKAGES: dict[str, str] = {"ccache": "/usr/bin/ccache"}
 
 
 def compiler_cache_env(project_root: Path = PROJECT_ROOT) -> dict[str, str]:
-    return {"CCACHE_DIR": str(cache_root() / "ccache"), "CCACHE_BASEDIR": str(project_root),
-            "CCACHE_MAXSIZE": "5G", "CCACHE_NOHASHDIR": "1"}
+    return {
+        "CCACHE_DIR": str(cache_root() / "ccache"),
+        "CCACHE_BASEDIR": str(project_root),
+        "CCACHE_MAXSIZE": "5G",
+        "CCACHE_NOHASHDIR": "1",
+    }
 
 
 # AddressSanitizer + UndefinedBehaviorSanitizer build of the portable kernels

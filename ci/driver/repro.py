@@ -19,7 +19,10 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .errors import ConfigError
+from . import build, host, steps, testrun
+from .errors import ConfigError, DriverError
+from .paths import BUILD_DIR
+from .proc import log
 from .vlens import Variant, by_vlen, variants
 
 POLICIES = ("undisturbed", "agnostic")
@@ -71,7 +74,9 @@ def parse_posargs(posargs: Sequence[str]) -> tuple[Options, list[str]]:
             opts.policies = [p for p in value.split(",") if p]
             unknown = set(opts.policies) - set(POLICIES)
             if unknown:
-                raise ConfigError(f"--policies: unknown {', '.join(sorted(unknown))}; choose from {', '.join(POLICIES)}")
+                raise ConfigError(
+                    f"--policies: unknown {', '.join(sorted(unknown))}; choose from {', '.join(POLICIES)}"
+                )
         elif arg == "--no-host":
             opts.host = False
         elif arg == "--stop-at-first-failure":
@@ -172,9 +177,15 @@ def warm_report(configs: Sequence[Config]) -> str:
     return "; ".join(parts)
 
 
-def run_matrix(configs: Sequence[Config], command_for: Runner, out_dir: Path, jobs: int = 0,
-               stop_at_first_failure: bool = False, report: Callable[[str], None] = print,
-               paths: Callable[[Config], tuple[Path, Path]] | None = None) -> list[ConfigResult]:
+def run_matrix(
+    configs: Sequence[Config],
+    command_for: Runner,
+    out_dir: Path,
+    jobs: int = 0,
+    stop_at_first_failure: bool = False,
+    report: Callable[[str], None] = print,
+    paths: Callable[[Config], tuple[Path, Path]] | None = None,
+) -> list[ConfigResult]:
     """Run every configuration (``command_for`` gives its command and environment) in parallel.
 
     ``jobs`` processes at once, started in the order of ``configs``; each writes its log and JUnit XML to
@@ -195,7 +206,9 @@ def run_matrix(configs: Sequence[Config], command_for: Runner, out_dir: Path, jo
         with log_path.open("w") as log:
             log.write("$ " + " ".join(cmd) + "\n\n")
             log.flush()
-            code = subprocess.run(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL).returncode
+            code = subprocess.run(
+                cmd, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+            ).returncode
         return ConfigResult(config, code, time.monotonic() - start, log_path, parse_junit_cases(junit))
 
     with ThreadPoolExecutor(max_workers=jobs) as pool:
@@ -204,8 +217,11 @@ def run_matrix(configs: Sequence[Config], command_for: Runner, out_dir: Path, jo
             r = future.result()
             results.append(r)
             failed = failed or not r.ok
-            state = "skipped (an earlier configuration failed)" if r.returncode == -1 else (
-                "ok" if r.ok else f"FAILED (exit {r.returncode})")
+            state = (
+                "skipped (an earlier configuration failed)"
+                if r.returncode == -1
+                else ("ok" if r.ok else f"FAILED (exit {r.returncode})")
+            )
             report(f"[{len(results)}/{len(configs)}] {r.config.label}: {state} in {r.seconds:.0f} s; log {r.log}")
     order = {c.label: i for i, c in enumerate(configs)}
     return sorted(results, key=lambda r: order[r.config.label])
@@ -227,10 +243,16 @@ def format_matrix(results: Sequence[ConfigResult], max_rows: int = 60) -> str:
     if all_pass:
         lines.append(f"... and {all_pass} more tests that passed in every configuration")
     lines.append("")
-    lines += [f"{i:>2} = {label}" + ("" if r.ok else f"  (exit {r.returncode}, log {r.log})")
-              for i, (label, r) in enumerate(zip(labels, results), 1)]
-    failures = [(test, r.config.label, cell.message) for r in results for test, cell in r.cases.items()
-                if cell.status in ("failed", "error")]
+    lines += [
+        f"{i:>2} = {label}" + ("" if r.ok else f"  (exit {r.returncode}, log {r.log})")
+        for i, (label, r) in enumerate(zip(labels, results), 1)
+    ]
+    failures = [
+        (test, r.config.label, cell.message)
+        for r in results
+        for test, cell in r.cases.items()
+        if cell.status in ("failed", "error")
+    ]
     if failures:
         lines += ["", "first failing assertion per cell:"]
         lines += [f"  {label:<18} {test}: {msg}" for test, label, msg in failures[:40]]
@@ -241,13 +263,23 @@ def format_matrix(results: Sequence[ConfigResult], max_rows: int = 60) -> str:
 
 
 def summary_json(results: Sequence[ConfigResult]) -> str:
-    return json.dumps({
-        r.config.label: {
-            "vlen": r.config.vlen, "agnostic": r.config.agnostic, "returncode": r.returncode,
-            "seconds": round(r.seconds, 1), "log": str(r.log),
-            "tests": {t: c.__dict__ for t, c in r.cases.items()},
-        } for r in results
-    }, indent=2) + "\n"
+    return (
+        json.dumps(
+            {
+                r.config.label: {
+                    "vlen": r.config.vlen,
+                    "agnostic": r.config.agnostic,
+                    "returncode": r.returncode,
+                    "seconds": round(r.seconds, 1),
+                    "log": str(r.log),
+                    "tests": {t: c.__dict__ for t, c in r.cases.items()},
+                }
+                for r in results
+            },
+            indent=2,
+        )
+        + "\n"
+    )
 
 
 def gdb_instructions(qemu_port: int, sysroot: Path, stage: Path, variant: Variant, python: str) -> str:
@@ -273,3 +305,50 @@ At a breakpoint:
   x/8fw $a0                 8 floats at the first pointer argument
   stepi / display/i $pc     step instruction by instruction
 The library is built with debug info (RelWithDebInfo) for this session."""
+
+
+def run_session(
+    session: steps.Session, opts: Options, pytest_args: list[str], host_requirements: Sequence[str]
+) -> None:
+    """`nox -s repro`: the configurations of ``opts``, a matrix of their outcomes and a JSON summary; or with
+    --gdb, one configuration waiting for a debugger."""
+    qemu_bin, root = steps.toolchain()
+    if opts.gdb:
+        gdb_session(session, opts, pytest_args, qemu_bin, root)
+        return
+    if opts.host:
+        steps.host_build(session, host_requirements, BUILD_DIR / "host-repro")
+    stage = steps.stage_for(session, root, [by_vlen(v) for v in opts.vlens])
+    out = testrun.results_dir("repro")
+    configs = configurations(opts)
+    log(warm_report(configs))
+    log(f"running {len(configs)} configurations, {opts.jobs or os.cpu_count()} at a time; logs in {out}")
+    python = str(Path(session.bin) / "python")
+    results = run_matrix(
+        configs,
+        command_factory(python, qemu_bin, root, stage, pytest_args),
+        out,
+        opts.jobs,
+        opts.stop_at_first_failure,
+        report=log,
+    )
+    (out / "summary.json").write_text(summary_json(results))
+    print("\n" + format_matrix(results) + f"\n\nJSON summary: {out / 'summary.json'}")
+    if not all(r.ok for r in results):
+        raise DriverError("some configurations failed (matrix above)")
+
+
+def gdb_session(session: steps.Session, opts: Options, pytest_args: list[str], qemu_bin: Path, root: Path) -> None:
+    """The tests at the first VLEN of ``opts`` in a debug build, QEMU waiting for gdb-multiarch."""
+    host.ensure_host_packages(host.DEBUGGER_PACKAGES)
+    variant = by_vlen(opts.vlens[0])
+    stage = build.stage_wheel(
+        steps.cross_build(session, root, BUILD_DIR / "wheels-debug", debug=True), BUILD_DIR / "stage-riscv64-debug"
+    )
+    junit = testrun.results_dir("repro-gdb") / "junit.xml"
+    cmd, env = testrun.emulated_pytest(
+        qemu_bin, root, stage, variant, pytest_args, junit, opts.policies == ["agnostic"]
+    )
+    cmd = [cmd[0], "-g", str(opts.gdb_port), *cmd[1:]]
+    print(gdb_instructions(opts.gdb_port, root, stage, variant, cmd[cmd.index("-cpu") + 2]), flush=True)
+    session.run(*cmd, env=env, include_outer_env=False, external=True)

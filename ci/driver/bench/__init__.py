@@ -1,0 +1,10 @@
+"""Instruction-count benchmarks of the kernels under a plugin-capable QEMU.
+
+- ``cases``: what is measured (shapes, configurations, units of work) and the session's options;
+- ``run``: driving the emulated guest processes under the insn_count plugin;
+- ``figures``: plugin counts -> figures per unit, the lower bound, the comparison with the baseline;
+- ``render``: the markdown tables, the plot and the tables of docs/benchmarks.md.
+
+``python -m driver.bench plot <bench.json> <out.png>`` draws the plot in a
+Python that has matplotlib (the session's venv).
+"""
