@@ -38,9 +38,9 @@
 #include <cstring>
 #include <limits>
 
-#include "kernel_api.h"
+#include "kernels/kernel_api.h"
 #include "kernels/vec.h"
-#include "variant.h"
+#include "kernels/variant.h"
 
 namespace RVV_ATTN_NS {
 namespace {

@@ -46,10 +46,10 @@
 #include <cstdint>
 #include <limits>
 
-#include "kernel_api.h"
+#include "kernels/kernel_api.h"
 #include "kernels/extend_tiling.h"
 #include "kernels/vec.h"
-#include "variant.h"
+#include "kernels/variant.h"
 
 namespace RVV_ATTN_NS {
 namespace {

@@ -29,7 +29,7 @@
 #include <cstdint>
 
 #include "kernels/vec.h"
-#include "variant.h"
+#include "kernels/variant.h"
 
 #ifndef RVV_ATTN_EXTEND_BLOCK_N
 #define RVV_ATTN_EXTEND_BLOCK_N (static_cast<int64_t>(vec::kWideLanes))

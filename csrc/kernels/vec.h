@@ -25,8 +25,8 @@
 #include <cstring>
 #include <limits>
 
-#include "kernel_api.h"
-#include "variant.h"
+#include "kernels/kernel_api.h"
+#include "kernels/variant.h"
 
 namespace RVV_ATTN_NS {
 namespace vec {

@@ -5,7 +5,7 @@
 #include <cmath>
 #include <c10/util/Exception.h>
 
-#include "checks.h"
+#include "ops/checks.h"
 
 namespace rvv_attn::ops {
 

@@ -79,6 +79,12 @@ at::Tensor flash_attn_varlen_func(const at::Tensor& q, const at::Tensor& k, cons
 }
 
 template <const char* Op>
+void decode_set_kv_buffer(at::Tensor& k_buffer, at::Tensor& v_buffer, const at::Tensor& key, const at::Tensor& value,
+                          const at::Tensor& loc) {
+  ops::decode_set_kv_buffer(Op, k_buffer, v_buffer, key, value, loc);
+}
+
+template <const char* Op>
 void store_cache_cpu(const at::Tensor& k, const at::Tensor& v, at::Tensor& k_cache, at::Tensor& v_cache,
                      const at::Tensor& indices, std::optional<int64_t> row_dim) {
   ops::store_cache(Op, k, v, k_cache, v_cache, indices, row_dim);

@@ -13,15 +13,15 @@
 #include <utility>
 #include <vector>
 
-#include "checks.h"
-#include "kernel_api.h"
+#include "ops/checks.h"
+#include "kernels/kernel_api.h"
 #include "ops/attention.h"
 #include "ops/attention_options.h"
 #include "ops/entry_points.h"
 #include "ops/int8_kv.h"
 #include "ops/runtime.h"
-#include "overlap.h"
-#include "token_map.h"
+#include "ops/overlap.h"
+#include "ops/token_map.h"
 
 namespace rvv_attn {
 namespace {

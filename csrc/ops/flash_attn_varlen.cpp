@@ -16,8 +16,8 @@
 #include <cmath>
 #include <utility>
 
-#include "checks.h"
-#include "kernel_api.h"
+#include "ops/checks.h"
+#include "kernels/kernel_api.h"
 #include "ops/attention.h"
 #include "ops/entry_points.h"
 

@@ -7,7 +7,7 @@
 #include <cmath>
 #include <limits>
 
-#include "checks.h"
+#include "ops/checks.h"
 #include "ops/runtime.h"
 
 namespace rvv_attn::ops {

@@ -6,7 +6,7 @@
 #include <utility>
 #include <vector>
 
-#include "checks.h"
+#include "ops/checks.h"
 #include "ops/runtime.h"
 
 namespace rvv_attn::ops {

@@ -13,7 +13,7 @@
 #include <mutex>
 #include <thread>
 
-#include "dispatch.h"
+#include "dispatch/dispatch.h"
 
 namespace rvv_attn::ops {
 namespace {

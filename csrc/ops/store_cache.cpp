@@ -12,13 +12,13 @@
 #include <utility>
 #include <vector>
 
-#include "checks.h"
+#include "ops/checks.h"
 #include "ops/attention.h"
 #include "ops/entry_points.h"
-#include "kernel_api.h"
+#include "kernels/kernel_api.h"
 #include "ops/kv_write.h"
 #include "ops/runtime.h"
-#include "overlap.h"
+#include "ops/overlap.h"
 
 namespace rvv_attn {
 namespace {

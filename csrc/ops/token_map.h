@@ -15,7 +15,7 @@
 
 #include <cstdint>
 
-#include "checks.h"
+#include "ops/checks.h"
 
 namespace rvv_attn::token_map {
 

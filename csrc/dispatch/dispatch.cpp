@@ -1,4 +1,4 @@
-#include "dispatch.h"
+#include "dispatch/dispatch.h"
 
 #include <atomic>
 #include <cstdlib>

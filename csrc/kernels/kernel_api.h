@@ -2,8 +2,9 @@
 //
 // Kernel translation units include this header, <riscv_vector.h> and the
 // standard library only: no torch headers, so each per-VLEN compile takes
-// seconds, not the best part of a minute. The binding validates every input
-// and hands the kernels raw pointers, element strides and a thread pool.
+// seconds, not the best part of a minute (ci/tests/test_csrc_layout.py
+// checks it). The torch-facing layer (csrc/ops/) validates every input and
+// hands the kernels raw pointers, element strides and a thread pool.
 #pragma once
 
 #include <cstdint>

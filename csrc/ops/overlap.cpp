@@ -1,4 +1,4 @@
-#include "overlap.h"
+#include "ops/overlap.h"
 
 #include <ATen/MemoryOverlap.h>
 #include <c10/util/Exception.h>

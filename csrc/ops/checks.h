@@ -11,7 +11,7 @@
 #include <limits>
 #include <string>
 
-#include "kernel_api.h"
+#include "kernels/kernel_api.h"
 
 namespace rvv_attn::checks {
 
