@@ -50,3 +50,9 @@ def test_includes_point_downward(path: Path):
     if layer in TORCH_FREE:
         torch = [h for kind, h in _includes(path) if kind == "<" and h.startswith(TORCH_HEADERS)]
         assert not torch, f"csrc/{layer}/{path.name} includes torch headers {torch}"
+
+
+def test_only_the_vocabulary_header_includes_a_vector_backend():
+    backends = {"kernels/vec_rvv.h", "kernels/vec_portable.h"}
+    users = {str(p.relative_to(CSRC)) for p in _sources() for _, h in _includes(p) if h in backends}
+    assert users == {"kernels/vec.h"}, f"vector backends included by {sorted(users)}; kernels include kernels/vec.h"
