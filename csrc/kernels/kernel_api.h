@@ -133,15 +133,15 @@ struct ExtendParams {
   // (seq_lens - extend_seq_lens; after the encoder offset, and without the
   // keys no query row's window reaches), or with ``cross`` its encoder
   // tokens. Stage 2 attends the new tokens causally, unless ``cross``.
-  const int64_t* kv_first;          // [B]
-  const int64_t* prefix_lens;       // [B]
-  const int64_t* extend_lens;       // [B] query rows
-  const int64_t* extend_start;      // [B] first query (and output) row
+  const int64_t* kv_first;      // [B]
+  const int64_t* prefix_lens;   // [B]
+  const int64_t* extend_lens;   // [B] query rows
+  const int64_t* extend_start;  // [B] first query (and output) row
   // Stage 2's keys: rows [new_key_start[b], new_key_start[b] + new_key_lens[b])
   // of k/v. Extend: its own new tokens (extend_start, extend_lens). Dense
   // varlen attention (flash_attn_varlen_func) has separate key sequences.
-  const int64_t* new_key_start;     // [B]
-  const int64_t* new_key_lens;      // [B]
+  const int64_t* new_key_start;  // [B]
+  const int64_t* new_key_lens;   // [B]
   // Stage 2's mask: query row m sees new keys 0..m (top-left aligned), or
   // all of them when false.
   bool causal;

@@ -162,7 +162,7 @@ inline uint16_t f32_to_f16(float x) {
   } else if (a >= 0x477ff000u) {
     r = 0x7c00u;  // >= 65520 rounds to inf (65504 is odd, the tie goes up)
   } else if (a >= 0x38800000u) {
-    const uint32_t an = a - 0x38000000u;  // rebias 127 -> 15
+    const uint32_t an = a - 0x38000000u;          // rebias 127 -> 15
     r = (an + 0xfffu + ((an >> 13) & 1u)) >> 13;  // a mantissa carry bumps the exponent, as it should
   } else {
     // f16 subnormal (or zero): the 24-bit significand shifted right by
@@ -203,8 +203,8 @@ constexpr float kExpC[8] = {1.0f, 1.0f, 0.5f, 1.0f / 6, 1.0f / 24, 1.0f / 120, 1
 // float32 its max relative error is 1.03 * 2^-24 on |y| < 0.5. Above 0.5
 // the exp form loses at most one bit to cancellation (e^-1 / (1 - e^-1)).
 constexpr float kTanhPolyLimit = 0.5f;
-constexpr float kTanhC[5] = {-0.3333332659006102f, 0.13332954240019546f, -0.05389806913202003f,
-                             0.02129291959791805f, -0.00663946699695033f};
+constexpr float kTanhC[5] = {-0.3333332659006102f, 0.13332954240019546f, -0.05389806913202003f, 0.02129291959791805f,
+                             -0.00663946699695033f};
 
 inline float exp_scalar(float x) {
   if (x != x) return x;

@@ -80,8 +80,7 @@ inline VF softcap(VF x, float cap, size_t vl) {
 inline VIdx row_offsets(const void* map, bool map_is_int64, int64_t row_bytes, int64_t base_bytes, size_t vl) {
   VIdx r{};
   for (size_t i = 0; i < vl; ++i) {
-    const int64_t slot =
-        map_is_int64 ? static_cast<const int64_t*>(map)[i] : static_cast<const int32_t*>(map)[i];
+    const int64_t slot = map_is_int64 ? static_cast<const int64_t*>(map)[i] : static_cast<const int32_t*>(map)[i];
     r.v[i] = slot * row_bytes + base_bytes;
   }
   return r;

@@ -105,8 +105,8 @@ inline VF widen_f16(vuint16m2_t h, size_t vl) {
   const vuint32m4_t w = __riscv_vzext_vf2_u32m4(h, vl);
   const vuint32m4_t sign = __riscv_vsll_vx_u32m4(__riscv_vand_vx_u32m4(w, 0x8000u, vl), 16, vl);
   const vuint32m4_t mag = __riscv_vsll_vx_u32m4(__riscv_vand_vx_u32m4(w, 0x7fffu, vl), 13, vl);
-  vuint32m4_t bits = __riscv_vreinterpret_v_f32m4_u32m4(
-      __riscv_vfmul_vf_f32m4(__riscv_vreinterpret_v_u32m4_f32m4(mag), 0x1p112f, vl));
+  vuint32m4_t bits =
+      __riscv_vreinterpret_v_f32m4_u32m4(__riscv_vfmul_vf_f32m4(__riscv_vreinterpret_v_u32m4_f32m4(mag), 0x1p112f, vl));
   bits = __riscv_vmerge_vvm_u32m4(bits, __riscv_vor_vx_u32m4(mag, 0x7f800000u, vl),
                                   __riscv_vmsgeu_vx_u32m4_b8(mag, 0x0f800000u, vl), vl);
   return __riscv_vreinterpret_v_u32m4_f32m4(__riscv_vor_vv_u32m4(bits, sign, vl));
@@ -135,19 +135,18 @@ inline vuint16m2_t narrow_f16(VF x, size_t vl) {
   const vuint32m4_t sh = __riscv_vminu_vx_u32m4(__riscv_vrsub_vx_u32m4(e, 126u, vl), 31u, vl);
   vuint32m4_t q = __riscv_vsrl_vv_u32m4(mm, sh, vl);
   const vuint32m4_t rem = __riscv_vsub_vv_u32m4(mm, __riscv_vsll_vv_u32m4(q, sh, vl), vl);
-  const vuint32m4_t half =
-      __riscv_vsll_vv_u32m4(__riscv_vmv_v_x_u32m4(1u, vl), __riscv_vsub_vx_u32m4(sh, 1u, vl), vl);
-  const VMask up = __riscv_vmor_mm_b8(
-      __riscv_vmsgtu_vv_u32m4_b8(rem, half, vl),
-      __riscv_vmand_mm_b8(__riscv_vmseq_vv_u32m4_b8(rem, half, vl),
-                          __riscv_vmsne_vx_u32m4_b8(__riscv_vand_vx_u32m4(q, 1u, vl), 0u, vl), vl),
-      vl);
+  const vuint32m4_t half = __riscv_vsll_vv_u32m4(__riscv_vmv_v_x_u32m4(1u, vl), __riscv_vsub_vx_u32m4(sh, 1u, vl), vl);
+  const VMask up =
+      __riscv_vmor_mm_b8(__riscv_vmsgtu_vv_u32m4_b8(rem, half, vl),
+                         __riscv_vmand_mm_b8(__riscv_vmseq_vv_u32m4_b8(rem, half, vl),
+                                             __riscv_vmsne_vx_u32m4_b8(__riscv_vand_vx_u32m4(q, 1u, vl), 0u, vl), vl),
+                         vl);
   q = __riscv_vadd_vx_u32m4_mu(up, q, q, 1u, vl);
   // select: subnormal, normal, overflow, NaN
   vuint32m4_t r = __riscv_vmerge_vvm_u32m4(q, rn, __riscv_vmsgeu_vx_u32m4_b8(a, 0x38800000u, vl), vl);
   r = __riscv_vmerge_vxm_u32m4(r, 0x7c00u, __riscv_vmsgeu_vx_u32m4_b8(a, 0x477ff000u, vl), vl);
-  const vuint32m4_t nan = __riscv_vor_vx_u32m4(__riscv_vand_vx_u32m4(__riscv_vsrl_vx_u32m4(a, 13, vl), 0x3ffu, vl),
-                                               0x7e00u, vl);
+  const vuint32m4_t nan =
+      __riscv_vor_vx_u32m4(__riscv_vand_vx_u32m4(__riscv_vsrl_vx_u32m4(a, 13, vl), 0x3ffu, vl), 0x7e00u, vl);
   r = __riscv_vmerge_vvm_u32m4(r, nan, __riscv_vmsgtu_vx_u32m4_b8(a, 0x7f800000u, vl), vl);
   return __riscv_vnsrl_wx_u16m2(__riscv_vor_vv_u32m4(r, sign, vl), 0, vl);
 }
@@ -273,7 +272,9 @@ template <DType T>
 struct KvWords<T, true> {
   static constexpr int kCols = 4;
   template <int K>
-  static VF col(VWord w, size_t vl) { return detail::word_i8<K>(w, vl); }
+  static VF col(VWord w, size_t vl) {
+    return detail::word_i8<K>(w, vl);
+  }
   static VF load(const int8_t* p, size_t vl) {
     return __riscv_vfcvt_f_x_v_f32m4(__riscv_vsext_vf4_i32m4(__riscv_vle8_v_i8m1(p, vl), vl), vl);
   }
@@ -293,14 +294,18 @@ template <>
 struct KvWords<DType::Float16, false> {
   static constexpr int kCols = 2;
   template <int K>
-  static VF col(VWord w, size_t vl) { return detail::widen_f16(__riscv_vnsrl_wx_u16m2(w, 16 * K, vl), vl); }
+  static VF col(VWord w, size_t vl) {
+    return detail::widen_f16(__riscv_vnsrl_wx_u16m2(w, 16 * K, vl), vl);
+  }
   static VF load(const uint16_t* p, size_t vl) { return Traits<DType::Float16>::load(p, vl); }
 };
 template <>
 struct KvWords<DType::Float32, false> {
   static constexpr int kCols = 1;
   template <int K>
-  static VF col(VWord w, size_t) { return detail::word_as_f32(w); }
+  static VF col(VWord w, size_t) {
+    return detail::word_as_f32(w);
+  }
   static VF load(const float* p, size_t vl) { return Traits<DType::Float32>::load(p, vl); }
 };
 
