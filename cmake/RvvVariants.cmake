@@ -1,5 +1,5 @@
 # Kernel variants: the portable build plus one RVV build per VLEN, each from
-# the same sources, each in its own C++ namespace (see csrc/variant.h).
+# the same sources, each in its own C++ namespace (see csrc/kernels/variant.h).
 #
 # The VLEN list comes from toolchains/vlens.json, the project's single table.
 # RVV_ATTN_VLENS restricts it (e.g. "256" for a quick build); it must be a

@@ -106,8 +106,9 @@ static FILE *blocks_out; /* the block profile's file, when asked for */
 static GPtrArray *profiled; /* the blocks that have run counters, reported and reset at each MARK_END */
 static struct qemu_plugin_register *xreg[32];
 static const char *const xreg_names[32] = {
-    "zero", "ra", "sp", "gp", "tp", "t0", "t1", "t2", "fp", "s1", "a0", "a1", "a2", "a3", "a4", "a5",
-    "a6", "a7", "s2", "s3", "s4", "s5", "s6", "s7", "s8", "s9", "s10", "s11", "t3", "t4", "t5", "t6"};
+    "zero", "ra", "sp", "gp", "tp", "t0", "t1", "t2", "fp", "s1", "a0",  "a1",  "a2", "a3", "a4", "a5",
+    "a6",   "a7", "s2", "s3", "s4", "s5", "s6", "s7", "s8", "s9", "s10", "s11", "t3", "t4", "t5", "t6",
+};
 
 static Vcpu *vcpu(unsigned int index) { return qemu_plugin_scoreboard_find(vcpus, index); }
 static int in_lib(uint64_t vaddr) { return vaddr >= lib_lo && vaddr < lib_hi; }
@@ -332,8 +333,8 @@ static void on_translate(qemu_plugin_id_t id, struct qemu_plugin_tb *tb)
         if (cls == VECTOR_ARITH || cls == VECTOR_MEM) {
             VecInsn *vec = g_memdup2(&decoded, sizeof decoded);
             vec->vaddr = qemu_plugin_insn_vaddr(insn);
-            qemu_plugin_register_vcpu_insn_exec_cond_cb(insn, on_vector, QEMU_PLUGIN_CB_NO_REGS,
-                                                         QEMU_PLUGIN_COND_NE, active_entry, 0, vec);
+            qemu_plugin_register_vcpu_insn_exec_cond_cb(insn, on_vector, QEMU_PLUGIN_CB_NO_REGS, QEMU_PLUGIN_COND_NE,
+                                                        active_entry, 0, vec);
         } else if (cls == VSET) {
             /* Tracked always (vset* are rare outside kernels), so vtype is right when a region opens. */
             if ((word >> 31) == 0 || (word >> 30) == 3) { /* vsetvli / vsetivli: vtype is an immediate */
@@ -347,8 +348,8 @@ static void on_translate(qemu_plugin_id_t id, struct qemu_plugin_tb *tb)
             }
         }
     }
-    qemu_plugin_register_vcpu_tb_exec_cond_cb(tb, on_block, QEMU_PLUGIN_CB_NO_REGS, QEMU_PLUGIN_COND_NE,
-                                              active_entry, 0, block);
+    qemu_plugin_register_vcpu_tb_exec_cond_cb(tb, on_block, QEMU_PLUGIN_CB_NO_REGS, QEMU_PLUGIN_COND_NE, active_entry,
+                                              0, block);
 }
 
 /* ---- marks ------------------------------------------------------------------------------------ */
@@ -473,8 +474,8 @@ static void close_region(uint64_t label)
     }
 }
 
-static void on_syscall(qemu_plugin_id_t id, unsigned int vcpu_index, int64_t num, uint64_t a1, uint64_t a2,
-                       uint64_t a3, uint64_t a4, uint64_t a5, uint64_t a6, uint64_t a7, uint64_t a8)
+static void on_syscall(qemu_plugin_id_t id, unsigned int vcpu_index, int64_t num, uint64_t a1, uint64_t a2, uint64_t a3,
+                       uint64_t a4, uint64_t a5, uint64_t a6, uint64_t a7, uint64_t a8)
 {
     (void)id, (void)vcpu_index, (void)a4, (void)a5, (void)a6, (void)a7, (void)a8;
     if (num != SYS_LSEEK_RISCV64 || (int32_t)a1 != MARK_FD) {

@@ -38,9 +38,9 @@
 #include <cstring>
 #include <limits>
 
-#include "kernel_api.h"
+#include "kernels/kernel_api.h"
+#include "kernels/variant.h"
 #include "kernels/vec.h"
-#include "variant.h"
 
 namespace RVV_ATTN_NS {
 namespace {
@@ -75,7 +75,8 @@ struct Scratch {
   float* q;       // [G][D] query rows * q_scale; the pass of nh heads from g0 as [D][nh] at q + g0 * D
   float* acc;     // [G][Dv] unnormalized output
   float* scores;  // [kPassHeads][kBlockN] the current pass's block scores
-  float* probs;   // [G][kBlockN] exp(score - m) of the current block; the pass of nh heads from g0 as [kBlockN][nh] at probs + g0 * kBlockN
+  float* probs;   // [G][kBlockN] exp(score - m) of the current block; the pass of nh heads from g0 as [kBlockN][nh] at
+                  // probs + g0 * kBlockN
   float* m;       // [G] running max
   float* l;       // [G] running sum
   float* alpha;   // [G] rescale factor of the current block
@@ -158,8 +159,8 @@ struct Decode {
   // Adds columns [d0, D) one gathered column at a time (a K row not 4-byte
   // aligned, or the columns after the last whole word).
   template <int NH>
-  static void scores_by_columns(const KvElem* k_rows, vec::VIdx off, int64_t d0, int64_t d_k, const float* q,
-                                size_t n, float* out) {
+  static void scores_by_columns(const KvElem* k_rows, vec::VIdx off, int64_t d0, int64_t d_k, const float* q, size_t n,
+                                float* out) {
     VF s0 = vec::load(out, n), s1 = s0, s2 = s0, s3 = s0;
     if constexpr (NH > 1) s1 = vec::load(out + kBlockN, n);
     if constexpr (NH > 2) s2 = vec::load(out + 2 * kBlockN, n);
@@ -205,8 +206,8 @@ struct Decode {
       default: return scores_by_words<4>(k_rows, off, words, q, n, out);
     }
   }
-  static void pass_scores_tail(int64_t nh, const KvElem* k_rows, vec::VIdx off, int64_t d0, int64_t d_k,
-                               const float* q, size_t n, float* out) {
+  static void pass_scores_tail(int64_t nh, const KvElem* k_rows, vec::VIdx off, int64_t d0, int64_t d_k, const float* q,
+                               size_t n, float* out) {
     switch (nh) {
       case 1: return scores_by_columns<1>(k_rows, off, d0, d_k, q, n, out);
       case 2: return scores_by_columns<2>(k_rows, off, d0, d_k, q, n, out);
@@ -305,8 +306,9 @@ struct Decode {
           for (int64_t h = 0; h < nh; ++h) vec::store(sc.scores + h * kBlockN, vec::zeros(), n);
         }
         if (words * kCols < d_k) {
-          pass_scores_tail(nh, reinterpret_cast<const KvElem*>(k_rows), vec::row_offsets(slots, map64, p.k_stride_t * esz, 0, n),
-                           words * kCols, d_k, q, n, sc.scores);
+          pass_scores_tail(nh, reinterpret_cast<const KvElem*>(k_rows),
+                           vec::row_offsets(slots, map64, p.k_stride_t * esz, 0, n), words * kCols, d_k, q, n,
+                           sc.scores);
         }
         for (int64_t h = 0; h < nh; ++h) {
           const int64_t g = g0 + h;
@@ -423,12 +425,12 @@ struct Decode {
 bool decode_attention(const rvv_attn::DecodeParams& p, const rvv_attn::ThreadPool& pool) {
   if (p.batch == 0 || p.heads == 0) return true;
   switch (p.dtype) {
-    case DType::Float32: return p.kv_int8 ? Decode<DType::Float32, true>::run(p, pool)
-                                          : Decode<DType::Float32, false>::run(p, pool);
-    case DType::BFloat16: return p.kv_int8 ? Decode<DType::BFloat16, true>::run(p, pool)
-                                           : Decode<DType::BFloat16, false>::run(p, pool);
-    case DType::Float16: return p.kv_int8 ? Decode<DType::Float16, true>::run(p, pool)
-                                          : Decode<DType::Float16, false>::run(p, pool);
+    case DType::Float32:
+      return p.kv_int8 ? Decode<DType::Float32, true>::run(p, pool) : Decode<DType::Float32, false>::run(p, pool);
+    case DType::BFloat16:
+      return p.kv_int8 ? Decode<DType::BFloat16, true>::run(p, pool) : Decode<DType::BFloat16, false>::run(p, pool);
+    case DType::Float16:
+      return p.kv_int8 ? Decode<DType::Float16, true>::run(p, pool) : Decode<DType::Float16, false>::run(p, pool);
     case DType::Bytes: break;  // copied only, never attended (the binding refuses it)
   }
   return true;

@@ -46,10 +46,10 @@
 #include <cstdint>
 #include <limits>
 
-#include "kernel_api.h"
 #include "kernels/extend_tiling.h"
+#include "kernels/kernel_api.h"
+#include "kernels/variant.h"
 #include "kernels/vec.h"
-#include "variant.h"
 
 namespace RVV_ATTN_NS {
 namespace {
@@ -63,13 +63,13 @@ constexpr int64_t BN = ExtendTiling::block_n;
 // is the only place sizes are computed: extend_arena_bytes() reports its
 // total to the binding, which allocates workers * total once per call.
 struct ArenaLayout {
-  int64_t q;      // [D x BLOCK_M]      Q tile transposed, f32, pre-scaled: q[d*BM + r]
-  int64_t kt;     // [D x BLOCK_N]      K block transposed: kt[d*BN + j] = K[j][d]
-  int64_t s;      // [BLOCK_M x BLOCK_N] scores, then probabilities
-  int64_t v;      // [BLOCK_N x Dv]     V block, f32
-  int64_t acc;    // [BLOCK_M x Dv]     unnormalised output v'
-  int64_t m;      // [BLOCK_M]          running max per row
-  int64_t l;      // [BLOCK_M]          running sum per row
+  int64_t q;    // [D x BLOCK_M]      Q tile transposed, f32, pre-scaled: q[d*BM + r]
+  int64_t kt;   // [D x BLOCK_N]      K block transposed: kt[d*BN + j] = K[j][d]
+  int64_t s;    // [BLOCK_M x BLOCK_N] scores, then probabilities
+  int64_t v;    // [BLOCK_N x Dv]     V block, f32
+  int64_t acc;  // [BLOCK_M x Dv]     unnormalised output v'
+  int64_t m;    // [BLOCK_M]          running max per row
+  int64_t l;    // [BLOCK_M]          running sum per row
   int64_t total;
 };
 
@@ -230,8 +230,7 @@ void score_rows(float* s, const float* qt, const float* kt, size_t vl, int64_t h
 // kWideLanes keys; a row group stops at the keys its last row sees. Only
 // those lanes of the score rows are written (the FMAs are tail-agnostic);
 // everything after reads no further.
-void score_tile(float* s, const float* qt, const float* kt, int64_t rows, int64_t nb, int64_t limit,
-                int64_t head_dim) {
+void score_tile(float* s, const float* qt, const float* kt, int64_t rows, int64_t nb, int64_t limit, int64_t head_dim) {
   auto keys = [&](int64_t last_row) { return static_cast<size_t>(limit + last_row < nb ? limit + last_row : nb); };
   int64_t r = 0;
   for (; r + 3 <= rows; r += 3) {
@@ -425,7 +424,7 @@ void fill_zero(float* dst, int64_t n) {
 struct Item {
   const rvv_attn::ExtendParams* p;
   Scratch w;
-  int64_t rows;  // query rows in this block (<= BLOCK_M)
+  int64_t rows;       // query rows in this block (<= BLOCK_M)
   bool k_dyn, v_dyn;  // int8 cache with per-token K / V scales
   int64_t hkv;        // the KV head
   // int8 cache, static scales not folded: applied per block as constants
@@ -486,8 +485,7 @@ void attend_block(const Item& it, const Src& src, int64_t k0, int64_t nb, int64_
   // Row r sees keys j < limit + r of the block (all nb when limit >= nb).
   const int64_t first_row = diag >= 0 && k0 > diag ? k0 - diag : 0;
   const int64_t limit = diag >= 0 ? diag - k0 + 1 : nb;
-  score_tile(w.s + first_row * BN, w.q + first_row, w.kt, it.rows - first_row, nb, limit + first_row,
-             p.head_dim);
+  score_tile(w.s + first_row * BN, w.q + first_row, w.kt, it.rows - first_row, nb, limit + first_row, p.head_dim);
   for (int64_t j = 0; j < nb; ++j) load_row<Tr>(w.v + j * Dv, src.v_row(k0 + j), Dv);
   float alpha[BM];
   int64_t seen[BM];  // keys of the block each row sees
@@ -516,9 +514,9 @@ void attend_block(const Item& it, const Src& src, int64_t k0, int64_t nb, int64_
     if (n == 0) {
       alpha[r] = 1.0f;
     } else if constexpr (kWindowed) {
-      alpha[r] = online_softmax_step(w.s + r * BN + first, n - first, p.logit_cap, &w.m[r], &w.l[r],
-                                     k_sc != nullptr ? k_sc + first : nullptr,
-                                     v_sc != nullptr ? v_sc + first : nullptr);
+      alpha[r] =
+          online_softmax_step(w.s + r * BN + first, n - first, p.logit_cap, &w.m[r], &w.l[r],
+                              k_sc != nullptr ? k_sc + first : nullptr, v_sc != nullptr ? v_sc + first : nullptr);
     } else {
       alpha[r] = online_softmax_step(w.s + r * BN, n, p.logit_cap, &w.m[r], &w.l[r], k_sc, v_sc);
     }
@@ -591,14 +589,14 @@ void run_item(const rvv_attn::ExtendParams& p, const Scratch& w, int64_t b, int6
   const Item it{&p, w, rows, k_dyn, v_dyn, hkv, k_const, v_const};
 
   // Stage 1: the cached prefix, all of it visible to every row.
-  const PrefixRows<KvE> pre{static_cast<const KvE*>(p.k_buffer) + hkv * p.k_buffer_stride_h,
-                          p.k_buffer_stride_t * kv_elem,
-                          static_cast<const KvE*>(p.v_buffer) + hkv * p.v_buffer_stride_h,
-                          p.v_buffer_stride_t,
-                          static_cast<const char*>(p.req_to_token) +
-                              (p.req_pool_indices[b] * p.req_to_token_stride + p.kv_first[b]) *
-                                  (p.req_to_token_is_int64 ? 8 : 4),
-                          p.req_to_token_is_int64};
+  const PrefixRows<KvE> pre{
+      static_cast<const KvE*>(p.k_buffer) + hkv * p.k_buffer_stride_h,
+      p.k_buffer_stride_t * kv_elem,
+      static_cast<const KvE*>(p.v_buffer) + hkv * p.v_buffer_stride_h,
+      p.v_buffer_stride_t,
+      static_cast<const char*>(p.req_to_token) +
+          (p.req_pool_indices[b] * p.req_to_token_stride + p.kv_first[b]) * (p.req_to_token_is_int64 ? 8 : 4),
+      p.req_to_token_is_int64};
   // With a window W, row r (position prefix + m0 + r) sees prefix keys from
   // prefix + m0 + r - W + 1 on; the blocks before the first row's limit are
   // skipped.
@@ -623,8 +621,7 @@ void run_item(const rvv_attn::ExtendParams& p, const Scratch& w, int64_t b, int6
     }
   } else if (!p.cross) {
     const int64_t key0 = p.new_key_start[b];
-    const ExtendRows<E> nw{static_cast<const E*>(p.k) + key0 * p.k_stride_t + hkv * p.k_stride_h,
-                           p.k_stride_t * elem,
+    const ExtendRows<E> nw{static_cast<const E*>(p.k) + key0 * p.k_stride_t + hkv * p.k_stride_h, p.k_stride_t * elem,
                            static_cast<const E*>(p.v) + key0 * p.v_stride_t + hkv * p.v_stride_h, p.v_stride_t};
     if (windowed) {
       attend_new_tokens<Tr, false, true>(it, nw, m0, p.new_key_lens[b]);
@@ -691,21 +688,21 @@ void run_typed(const rvv_attn::ExtendParams& p, const rvv_attn::ThreadPool& pool
 
 rvv_attn::ExtendBlocking extend_blocking() { return {BM, BN}; }
 
-int64_t extend_arena_bytes(int64_t head_dim, int64_t head_dim_v) {
-  return arena_layout(head_dim, head_dim_v).total;
-}
+int64_t extend_arena_bytes(int64_t head_dim, int64_t head_dim_v) { return arena_layout(head_dim, head_dim_v).total; }
 
 void extend_attention(const rvv_attn::ExtendParams& p, const rvv_attn::ThreadPool& pool) {
   switch (p.dtype) {
     case rvv_attn::DType::Float32:
-      p.kv_int8 ? run_typed<rvv_attn::DType::Float32, true>(p, pool) : run_typed<rvv_attn::DType::Float32, false>(p, pool);
+      p.kv_int8 ? run_typed<rvv_attn::DType::Float32, true>(p, pool)
+                : run_typed<rvv_attn::DType::Float32, false>(p, pool);
       break;
     case rvv_attn::DType::BFloat16:
       p.kv_int8 ? run_typed<rvv_attn::DType::BFloat16, true>(p, pool)
                 : run_typed<rvv_attn::DType::BFloat16, false>(p, pool);
       break;
     case rvv_attn::DType::Float16:
-      p.kv_int8 ? run_typed<rvv_attn::DType::Float16, true>(p, pool) : run_typed<rvv_attn::DType::Float16, false>(p, pool);
+      p.kv_int8 ? run_typed<rvv_attn::DType::Float16, true>(p, pool)
+                : run_typed<rvv_attn::DType::Float16, false>(p, pool);
       break;
     case rvv_attn::DType::Bytes:  // copied only, never attended (the binding refuses it)
       break;

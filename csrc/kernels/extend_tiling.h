@@ -28,8 +28,8 @@
 
 #include <cstdint>
 
+#include "kernels/variant.h"
 #include "kernels/vec.h"
-#include "variant.h"
 
 #ifndef RVV_ATTN_EXTEND_BLOCK_N
 #define RVV_ATTN_EXTEND_BLOCK_N (static_cast<int64_t>(vec::kWideLanes))

@@ -4,9 +4,9 @@
 #include <cstring>
 #include <limits>
 
-#include "kernel_api.h"
+#include "kernels/kernel_api.h"
+#include "kernels/variant.h"
 #include "kernels/vec.h"
-#include "variant.h"
 
 namespace RVV_ATTN_NS {
 namespace {
@@ -61,8 +61,7 @@ void write_kv_typed(const rvv_attn::KvWriteParams& p, const rvv_attn::ThreadPool
       const int64_t b = i / q.heads_kv, h = i % q.heads_kv;
       const int64_t slot = q.loc[b];
       copy_row<Bytes>(static_cast<char*>(q.k_buffer) + (slot * q.k_buffer_stride_t + h * q.k_buffer_stride_h) * Bytes,
-                      static_cast<const char*>(q.key) + (b * q.key_stride_b + h * q.key_stride_h) * Bytes,
-                      q.head_dim);
+                      static_cast<const char*>(q.key) + (b * q.key_stride_b + h * q.key_stride_h) * Bytes, q.head_dim);
       if (q.value == nullptr) continue;  // an MLA cache: V lives in the K row just written
       copy_row<Bytes>(static_cast<char*>(q.v_buffer) + (slot * q.v_buffer_stride_t + h * q.v_buffer_stride_h) * Bytes,
                       static_cast<const char*>(q.value) + (b * q.value_stride_b + h * q.value_stride_h) * Bytes,

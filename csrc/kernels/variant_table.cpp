@@ -1,8 +1,8 @@
-// The exported table of this variant's kernels; dispatch.cpp collects one
-// per compiled variant.
-#include "kernel_api.h"
+// The exported table of this variant's kernels; dispatch/dispatch.cpp
+// collects one per compiled variant.
+#include "kernels/kernel_api.h"
+#include "kernels/variant.h"
 #include "kernels/vec.h"
-#include "variant.h"
 
 #define RVV_ATTN_STR2(x) #x
 #define RVV_ATTN_STR(x) RVV_ATTN_STR2(x)

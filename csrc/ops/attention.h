@@ -10,7 +10,7 @@
 
 #include <optional>
 
-#include "kernel_api.h"
+#include "kernels/kernel_api.h"
 #include "ops/attention_options.h"
 #include "ops/int8_kv.h"
 
@@ -39,6 +39,10 @@ void run_extend_kernel(ExtendParams& p);
 at::Tensor flash_attn_varlen(const char* op, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                              const at::Tensor& cu_seqlens_q, const at::Tensor& cu_seqlens_k, int64_t max_seqlen_q,
                              int64_t max_seqlen_k, bool causal);
+
+// decode_set_kv_buffer's body (csrc/ops/decode_set_kv_buffer.cpp).
+void decode_set_kv_buffer(const char* op, at::Tensor& k_buffer, at::Tensor& v_buffer, const at::Tensor& key,
+                          const at::Tensor& value, const at::Tensor& loc);
 
 // store_cache_cpu's body (csrc/ops/store_cache.cpp), shared with its
 // sgl_kernel name.

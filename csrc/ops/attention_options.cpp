@@ -2,10 +2,11 @@
 #include "ops/attention_options.h"
 
 #include <ATen/ops/empty.h>
-#include <cmath>
 #include <c10/util/Exception.h>
 
-#include "checks.h"
+#include <cmath>
+
+#include "ops/checks.h"
 
 namespace rvv_attn::ops {
 
@@ -19,8 +20,9 @@ CheckedOptions check_options(const char* op, const AttentionOptions& opts, int64
   const bool has_enc = opts.encoder_lens.has_value() && opts.encoder_lens->defined();
   TORCH_CHECK(!out.cross || has_enc, op,
               ": is_cross_attn=True needs encoder_lens (the encoder tokens each sequence attends); got None");
-  TORCH_CHECK(!out.cross || out.window == 0, op, ": is_cross_attn=True with sliding_window_size = ",
-              opts.sliding_window_size, "; a sliding window applies to self attention only (pass -1)");
+  TORCH_CHECK(!out.cross || out.window == 0, op,
+              ": is_cross_attn=True with sliding_window_size = ", opts.sliding_window_size,
+              "; a sliding window applies to self attention only (pass -1)");
   if (has_enc) {
     const at::Tensor& enc = *opts.encoder_lens;
     rank(op, "encoder_lens", enc, 1, "[B]");

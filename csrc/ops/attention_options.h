@@ -25,14 +25,12 @@ struct AttentionOptions {
 // Checked options, in the form the kernels take them.
 struct CheckedOptions {
   bool cross = false;
-  int64_t window = 0;      // keys visible to a query, its own included; 0: no window
+  int64_t window = 0;       // keys visible to a query, its own included; 0: no window
   at::Tensor encoder_lens;  // int64 [B], contiguous, values >= 0; undefined when not given
   at::Tensor sinks;         // float32 [H], contiguous, finite; undefined when not given
 
   // Sequence b's encoder length (0 without encoder_lens).
-  int64_t encoder_len(int64_t b) const {
-    return encoder_lens.defined() ? encoder_lens.data_ptr<int64_t>()[b] : 0;
-  }
+  int64_t encoder_len(int64_t b) const { return encoder_lens.defined() ? encoder_lens.data_ptr<int64_t>()[b] : 0; }
   const float* sinks_data() const { return sinks.defined() ? sinks.data_ptr<float>() : nullptr; }
 };
 

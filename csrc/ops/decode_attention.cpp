@@ -11,16 +11,16 @@
 #include <cmath>
 #include <vector>
 
-#include "checks.h"
-#include "kernel_api.h"
+#include "kernels/kernel_api.h"
 #include "ops/attention.h"
 #include "ops/attention_options.h"
+#include "ops/checks.h"
 #include "ops/entry_points.h"
 #include "ops/int8_kv.h"
 #include "ops/kv_write.h"
+#include "ops/overlap.h"
 #include "ops/runtime.h"
-#include "overlap.h"
-#include "token_map.h"
+#include "ops/token_map.h"
 
 namespace rvv_attn {
 namespace ops {
@@ -32,19 +32,24 @@ namespace {
 // (Overlapping reads are harmless: k_scale_buf may be v_scale_buf when
 // neither is written.)
 void check_decode_overlap(const char* op, const Int8Setup* q8, const CheckedOptions& opts, bool writes, bool mla,
-                          bool new_int8, const at::Tensor& query,
-                          const at::Tensor& k_buffer, const at::Tensor& v_buffer, const at::Tensor& output,
-                          const at::Tensor& key, const at::Tensor& value, const at::Tensor& loc,
-                          const at::Tensor& attn_logits, const at::Tensor& req_to_token,
-                          const at::Tensor& req_pool_indices, const at::Tensor& seq_lens) {
+                          bool new_int8, const at::Tensor& query, const at::Tensor& k_buffer,
+                          const at::Tensor& v_buffer, const at::Tensor& output, const at::Tensor& key,
+                          const at::Tensor& value, const at::Tensor& loc, const at::Tensor& attn_logits,
+                          const at::Tensor& req_to_token, const at::Tensor& req_pool_indices,
+                          const at::Tensor& seq_lens) {
   const bool k_scales_written = writes && q8 && q8->k_dyn && !new_int8;
   const bool v_scales_written = writes && q8 && q8->v_dyn && !new_int8;
   const overlap::Arg k_scales{"k_scale_buf", q8 ? &q8->k_scale_buf : nullptr};
   const overlap::Arg v_scales{"v_scale_buf", q8 ? &q8->v_scale_buf : nullptr};
   std::vector<overlap::Arg> written = {{"output", &output}, {"attn_logits", &attn_logits}};
-  std::vector<overlap::Arg> read = {{"query", &query}, {"key", &key}, {"value", &value}, {"loc", &loc},
-                                    {"req_to_token", &req_to_token}, {"req_pool_indices", &req_pool_indices},
-                                    {"seq_lens", &seq_lens}, {"encoder_lens", &opts.encoder_lens},
+  std::vector<overlap::Arg> read = {{"query", &query},
+                                    {"key", &key},
+                                    {"value", &value},
+                                    {"loc", &loc},
+                                    {"req_to_token", &req_to_token},
+                                    {"req_pool_indices", &req_pool_indices},
+                                    {"seq_lens", &seq_lens},
+                                    {"encoder_lens", &opts.encoder_lens},
                                     {"sinks", &opts.sinks}};
   (writes ? written : read).push_back({"k_buffer", &k_buffer});
   // An MLA cache's v_buffer is part of k_buffer (the write covers it).
@@ -83,8 +88,8 @@ void decode_attention(const char* op, const Int8KvArgs* int8, const at::Tensor& 
   // layers once the encoder's K/V are cached). Only both or neither.
   const bool writes = key_arg.has_value() && key_arg->defined();
   TORCH_CHECK(writes == (value_arg.has_value() && value_arg->defined()), op,
-              ": key and value must both be given or both be None; got key ", writes ? "given" : "None",
-              " and value ", writes ? "None" : "given");
+              ": key and value must both be given or both be None; got key ", writes ? "given" : "None", " and value ",
+              writes ? "None" : "given");
   // An MLA cache's V is its K rows' first Dv columns: the key row written
   // holds it, and ``value`` is ignored (SGLang passes a view of key, or its
   // un-roped part).
@@ -151,12 +156,11 @@ void decode_attention(const char* op, const Int8KvArgs* int8, const at::Tensor& 
   const CheckedOptions opts = check_options(op, options, batch, heads, "query", query);
   // The map columns each sequence attends (encoder offset, window, cross
   // attention applied), then every entry in them.
-  const KeyColumns columns = decode_key_columns(
-      op, opts, seq_lens.to(at::kLong).contiguous(), req_to_token.size(1), writes ? 1 : 0,
-      "every sequence includes the token written at loc this step");
-  const token_map::CheckedTokenMaps maps =
-      token_map::check_ranges(op, req_to_token, req_pool_indices, columns.firsts, columns.lens,
-                              std::min(k_buffer.size(0), v_buffer.size(0)));
+  const KeyColumns columns =
+      decode_key_columns(op, opts, seq_lens.to(at::kLong).contiguous(), req_to_token.size(1), writes ? 1 : 0,
+                         "every sequence includes the token written at loc this step");
+  const token_map::CheckedTokenMaps maps = token_map::check_ranges(
+      op, req_to_token, req_pool_indices, columns.firsts, columns.lens, std::min(k_buffer.size(0), v_buffer.size(0)));
 
   if (int8) {
     if (writes && !new_int8) {
@@ -176,8 +180,8 @@ void decode_attention(const char* op, const Int8KvArgs* int8, const at::Tensor& 
     check_read_scales(op, q8, maps, fresh_k, fresh_v);
   }
 
-  check_decode_overlap(op, int8 ? &q8 : nullptr, opts, writes, mla, new_int8, query, k_buffer, v_buffer, output, key, value, loc,
-                       attn_logits, req_to_token, req_pool_indices, seq_lens);
+  check_decode_overlap(op, int8 ? &q8 : nullptr, opts, writes, mla, new_int8, query, k_buffer, v_buffer, output, key,
+                       value, loc, attn_logits, req_to_token, req_pool_indices, seq_lens);
 
   if (batch == 0) return;
   if (writes && int8) {
@@ -229,7 +233,6 @@ void decode_attention(const char* op, const Int8KvArgs* int8, const at::Tensor& 
 }  // namespace ops
 
 namespace {
-
 
 constexpr char kDecodeName[] = "rvv_attn.decode_attention_cpu";
 

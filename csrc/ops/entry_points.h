@@ -33,17 +33,17 @@ void extend_attention_cpu(const at::Tensor& q_extend, const OptTensor& k_extend,
                           at::Tensor& o_extend, const at::Tensor& k_buffer, const at::Tensor& v_buffer,
                           const at::Tensor& req_to_token, const at::Tensor& req_pool_indices,
                           const at::Tensor& seq_lens, const at::Tensor& extend_seq_lens,
-                          const at::Tensor& extend_start_loc, int64_t max_len_extend, double sm_scale,
-                          double logit_cap, bool is_cross_attn, int64_t sliding_window_size,
-                          const OptTensor& encoder_lens, const OptTensor& sinks) {
+                          const at::Tensor& extend_start_loc, int64_t max_len_extend, double sm_scale, double logit_cap,
+                          bool is_cross_attn, int64_t sliding_window_size, const OptTensor& encoder_lens,
+                          const OptTensor& sinks) {
   ops::extend_attention(Op, nullptr, q_extend, k_extend, v_extend, o_extend, k_buffer, v_buffer, req_to_token,
                         req_pool_indices, seq_lens, extend_seq_lens, extend_start_loc, max_len_extend, sm_scale,
                         logit_cap, {is_cross_attn, sliding_window_size, encoder_lens, sinks});
 }
 
 template <const char* Op>
-void decode_attention_int8_cpu(const at::Tensor& query, at::Tensor& k_buffer, at::Tensor& v_buffer,
-                               at::Tensor& output, const OptTensor& key, const OptTensor& value, const at::Tensor& loc,
+void decode_attention_int8_cpu(const at::Tensor& query, at::Tensor& k_buffer, at::Tensor& v_buffer, at::Tensor& output,
+                               const OptTensor& key, const OptTensor& value, const at::Tensor& loc,
                                at::Tensor& attn_logits, const at::Tensor& req_to_token,
                                const at::Tensor& req_pool_indices, const at::Tensor& seq_lens, double sm_scale,
                                double logit_cap, at::Tensor& k_scale_buf, at::Tensor& v_scale_buf, double k_scale,
@@ -76,6 +76,12 @@ at::Tensor flash_attn_varlen_func(const at::Tensor& q, const at::Tensor& k, cons
                                   const at::Tensor& cu_seqlens_q, const at::Tensor& cu_seqlens_k, int64_t max_seqlen_q,
                                   int64_t max_seqlen_k, bool causal) {
   return ops::flash_attn_varlen(Op, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal);
+}
+
+template <const char* Op>
+void decode_set_kv_buffer(at::Tensor& k_buffer, at::Tensor& v_buffer, const at::Tensor& key, const at::Tensor& value,
+                          const at::Tensor& loc) {
+  ops::decode_set_kv_buffer(Op, k_buffer, v_buffer, key, value, loc);
 }
 
 template <const char* Op>

@@ -13,15 +13,15 @@
 #include <utility>
 #include <vector>
 
-#include "checks.h"
-#include "kernel_api.h"
+#include "kernels/kernel_api.h"
 #include "ops/attention.h"
 #include "ops/attention_options.h"
+#include "ops/checks.h"
 #include "ops/entry_points.h"
 #include "ops/int8_kv.h"
+#include "ops/overlap.h"
 #include "ops/runtime.h"
-#include "overlap.h"
-#include "token_map.h"
+#include "ops/token_map.h"
 
 namespace rvv_attn {
 namespace {
@@ -37,11 +37,9 @@ constexpr int64_t kMaxHeadDimV = 512;
 // with ``prefix_skipped`` (SGLang's MLA prefill) the caches are not read,
 // and only their ranks and dtypes are checked.
 DType check_layout(const char* op, bool int8, bool new_tokens, bool prefix_skipped, const at::Tensor& q,
-                   const at::Tensor& k,
-                   const at::Tensor& v, const at::Tensor& o,
-                   const at::Tensor& k_buffer, const at::Tensor& v_buffer, const at::Tensor& req_to_token,
-                   const at::Tensor& req_pool_indices, const at::Tensor& seq_lens,
-                   const at::Tensor& extend_seq_lens, const at::Tensor& extend_start_loc) {
+                   const at::Tensor& k, const at::Tensor& v, const at::Tensor& o, const at::Tensor& k_buffer,
+                   const at::Tensor& v_buffer, const at::Tensor& req_to_token, const at::Tensor& req_pool_indices,
+                   const at::Tensor& seq_lens, const at::Tensor& extend_seq_lens, const at::Tensor& extend_start_loc) {
   using namespace checks;
   rank(op, "q_extend", q, 3, "[T, H, D]");
   if (new_tokens) {
@@ -104,8 +102,12 @@ DType check_layout(const char* op, bool int8, bool new_tokens, bool prefix_skipp
   token_map::check_layout(op, req_to_token, req_pool_indices, "seq_lens", seq_lens, batch);
   size_is(op, "extend_start_loc", extend_start_loc, 0, batch, "extend_seq_lens.size(0) (B)");
 
-  for (auto [name, t] : {std::pair<const char*, const at::Tensor*>{"q_extend", &q}, {"k_extend", &k},
-                         {"v_extend", &v}, {"o_extend", &o}, {"k_buffer", &k_buffer}, {"v_buffer", &v_buffer}}) {
+  for (auto [name, t] : {std::pair<const char*, const at::Tensor*>{"q_extend", &q},
+                         {"k_extend", &k},
+                         {"v_extend", &v},
+                         {"o_extend", &o},
+                         {"k_buffer", &k_buffer},
+                         {"v_buffer", &v_buffer}}) {
     if (t->defined()) dense_last_dim(op, name, *t);
   }
   return dtype;
@@ -115,12 +117,12 @@ DType check_layout(const char* op, bool int8, bool new_tokens, bool prefix_skipp
 // block's rows are read by every head's item), so o_extend may overlap none
 // of them, nor repeat an element. The int8 operator also writes the new
 // tokens' cache rows and, for float rows in dynamic mode, their scales.
-void check_extend_overlap(const char* op, const ops::Int8Setup* q8, const ops::CheckedOptions& opts,
-                          bool new_tokens, bool new_int8, const at::Tensor& q,
-                          const at::Tensor& k, const at::Tensor& v, const at::Tensor& o, const at::Tensor& k_buffer,
-                          const at::Tensor& v_buffer, const at::Tensor& req_to_token,
-                          const at::Tensor& req_pool_indices, const at::Tensor& seq_lens,
-                          const at::Tensor& extend_seq_lens, const at::Tensor& extend_start_loc) {
+void check_extend_overlap(const char* op, const ops::Int8Setup* q8, const ops::CheckedOptions& opts, bool new_tokens,
+                          bool new_int8, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                          const at::Tensor& o, const at::Tensor& k_buffer, const at::Tensor& v_buffer,
+                          const at::Tensor& req_to_token, const at::Tensor& req_pool_indices,
+                          const at::Tensor& seq_lens, const at::Tensor& extend_seq_lens,
+                          const at::Tensor& extend_start_loc) {
   std::vector<overlap::Arg> written = {{"o_extend", &o}};
   std::vector<overlap::Arg> read = {{"q_extend", &q},
                                     {"k_extend", &k},
@@ -157,14 +159,14 @@ void check_extend_ranges(const char* op, const at::Tensor& ext_t, const at::Tens
   for (int64_t b = 0; b < batch; ++b) {
     TORCH_CHECK(ext[b] >= 0, op, ": extend_seq_lens[", b, "] = ", ext[b], " is negative");
     TORCH_CHECK(seq[b] >= 0, op, ": seq_lens[", b, "] = ", seq[b], " is negative");
-    TORCH_CHECK(ext[b] <= seq[b], op, ": extend_seq_lens[", b, "] = ", ext[b], " exceeds seq_lens[", b,
-                "] = ", seq[b], " (the new tokens are part of the sequence)");
+    TORCH_CHECK(ext[b] <= seq[b], op, ": extend_seq_lens[", b, "] = ", ext[b], " exceeds seq_lens[", b, "] = ", seq[b],
+                " (the new tokens are part of the sequence)");
     TORCH_CHECK(ext[b] <= max_len_extend, op, ": extend_seq_lens[", b, "] = ", ext[b],
                 " exceeds max_len_extend = ", max_len_extend);
     // Written so that no sum can overflow: start <= T and ext <= T - start.
-    TORCH_CHECK(start[b] >= 0 && start[b] <= tokens && ext[b] <= tokens - start[b], op, ": extend_start_loc[",
-                b, "] = ", start[b], " with extend_seq_lens[", b, "] = ", ext[b],
-                " runs outside the T = ", tokens, " rows of q_extend");
+    TORCH_CHECK(start[b] >= 0 && start[b] <= tokens && ext[b] <= tokens - start[b], op, ": extend_start_loc[", b,
+                "] = ", start[b], " with extend_seq_lens[", b, "] = ", ext[b], " runs outside the T = ", tokens,
+                " rows of q_extend");
     if (ext[b] > 0) ranges.emplace_back(start[b], b);
   }
   // Two sequences writing the same o_extend rows would race and clobber.
@@ -203,27 +205,27 @@ void ops::run_extend_kernel(ExtendParams& p) {
 }
 
 void ops::extend_attention(const char* op, const ops::Int8KvArgs* int8, const at::Tensor& q_extend,
-                           const std::optional<at::Tensor>& k_extend_arg,
-                           const std::optional<at::Tensor>& v_extend_arg, at::Tensor& o_extend,
-                           const at::Tensor& k_buffer, const at::Tensor& v_buffer, const at::Tensor& req_to_token,
-                           const at::Tensor& req_pool_indices, const at::Tensor& seq_lens,
-                           const at::Tensor& extend_seq_lens, const at::Tensor& extend_start_loc,
-                           int64_t max_len_extend, double sm_scale, double logit_cap,
-                           const ops::AttentionOptions& options) {
+                           const std::optional<at::Tensor>& k_extend_arg, const std::optional<at::Tensor>& v_extend_arg,
+                           at::Tensor& o_extend, const at::Tensor& k_buffer, const at::Tensor& v_buffer,
+                           const at::Tensor& req_to_token, const at::Tensor& req_pool_indices,
+                           const at::Tensor& seq_lens, const at::Tensor& extend_seq_lens,
+                           const at::Tensor& extend_start_loc, int64_t max_len_extend, double sm_scale,
+                           double logit_cap, const ops::AttentionOptions& options) {
   // Cross attention attends the encoder's cached tokens only: k_extend and
   // v_extend are ignored (SGLang passes them, or None).
   const bool new_tokens = !options.is_cross_attn;
   const bool k_given = k_extend_arg.has_value() && k_extend_arg->defined();
   const bool v_given = v_extend_arg.has_value() && v_extend_arg->defined();
-  TORCH_CHECK(!new_tokens || (k_given && v_given), op, ": k_extend and v_extend are required unless is_cross_attn=True; got ",
+  TORCH_CHECK(!new_tokens || (k_given && v_given), op,
+              ": k_extend and v_extend are required unless is_cross_attn=True; got ",
               k_given ? "k_extend" : "no k_extend", " and ", v_given ? "v_extend" : "no v_extend");
   const at::Tensor k_extend = new_tokens ? *k_extend_arg : at::Tensor();
   const at::Tensor v_extend = new_tokens ? *v_extend_arg : at::Tensor();
   // SGLang's MLA prefill without a prefix: the caches hold one latent head,
   // k_extend/v_extend the full heads; only the new tokens are attended, so
   // every prefix must be 0 (checked below).
-  const bool prefix_skipped = !int8 && new_tokens && k_extend.dim() == 3 && k_buffer.dim() == 3 &&
-                              k_buffer.size(1) != k_extend.size(1);
+  const bool prefix_skipped =
+      !int8 && new_tokens && k_extend.dim() == 3 && k_buffer.dim() == 3 && k_buffer.size(1) != k_extend.size(1);
   ops::Int8Setup q8{};
   bool new_int8 = false;
   if (int8) {
@@ -235,18 +237,17 @@ void ops::extend_attention(const char* op, const ops::Int8KvArgs* int8, const at
       new_int8 = ops::check_new_kv_dtype(op, "k_extend", k_extend, "v_extend", v_extend, "q_extend", q_extend);
     }
   }
-  const DType dtype = check_layout(op, int8 != nullptr, new_tokens, prefix_skipped, q_extend, k_extend, v_extend, o_extend, k_buffer,
-                                   v_buffer, req_to_token, req_pool_indices, seq_lens, extend_seq_lens,
-                                   extend_start_loc);
-  TORCH_CHECK(std::isfinite(sm_scale) && std::isfinite(static_cast<float>(sm_scale)), op, ": sm_scale = ",
-              sm_scale, " is not a finite float32");
+  const DType dtype =
+      check_layout(op, int8 != nullptr, new_tokens, prefix_skipped, q_extend, k_extend, v_extend, o_extend, k_buffer,
+                   v_buffer, req_to_token, req_pool_indices, seq_lens, extend_seq_lens, extend_start_loc);
+  TORCH_CHECK(std::isfinite(sm_scale) && std::isfinite(static_cast<float>(sm_scale)), op, ": sm_scale = ", sm_scale,
+              " is not a finite float32");
   checks::logit_cap(op, logit_cap);
   TORCH_CHECK(max_len_extend >= 0, op, ": max_len_extend = ", max_len_extend, " is negative");
   const ops::CheckedOptions opts =
       ops::check_options(op, options, extend_seq_lens.size(0), q_extend.size(1), "q_extend", q_extend);
   check_extend_overlap(op, int8 ? &q8 : nullptr, opts, new_tokens, new_int8, q_extend, k_extend, v_extend, o_extend,
-                       k_buffer, v_buffer, req_to_token, req_pool_indices, seq_lens, extend_seq_lens,
-                       extend_start_loc);
+                       k_buffer, v_buffer, req_to_token, req_pool_indices, seq_lens, extend_seq_lens, extend_start_loc);
 
   // int64 copies (int32 is widened) of the per-sequence lengths and offsets.
   const at::Tensor ext = extend_seq_lens.to(at::kLong).contiguous();
@@ -270,11 +271,10 @@ void ops::extend_attention(const char* op, const ops::Int8KvArgs* int8, const at
   // reads them back from there): those entries are checked too, and the
   // written slots must be distinct.
   at::Tensor stage1;  // keys per sequence in the kernel's stage 1
-  const ops::KeyColumns columns = ops::extend_key_columns(op, opts, seq, prefix, req_to_token.size(1),
-                                                          int8 != nullptr && new_tokens, &stage1);
-  const token_map::CheckedTokenMaps maps =
-      token_map::check_ranges(op, req_to_token, req_pool_indices, columns.firsts, columns.lens,
-                              std::min(k_buffer.size(0), v_buffer.size(0)));
+  const ops::KeyColumns columns =
+      ops::extend_key_columns(op, opts, seq, prefix, req_to_token.size(1), int8 != nullptr && new_tokens, &stage1);
+  const token_map::CheckedTokenMaps maps = token_map::check_ranges(
+      op, req_to_token, req_pool_indices, columns.firsts, columns.lens, std::min(k_buffer.size(0), v_buffer.size(0)));
   at::Tensor write_rows, write_slots;  // int8: row of k_extend/v_extend -> cache slot
   if (int8 && new_tokens) {
     int64_t n = 0;
@@ -396,14 +396,12 @@ void ops::extend_attention(const char* op, const ops::Int8KvArgs* int8, const at
 
 namespace {
 
-
 // [BLOCK_M, BLOCK_N, arena bytes per worker] of the active variant for the
 // given head dims: lets tests aim at each variant's own tile boundaries.
 std::vector<int64_t> extend_attention_blocking(int64_t head_dim, int64_t head_dim_v) {
   TORCH_CHECK(head_dim >= 1 && head_dim <= kMaxHeadDim && head_dim_v >= 1 && head_dim_v <= kMaxHeadDimV,
-              "rvv_attn.extend_attention_blocking: head dims must be in [1, ", kMaxHeadDim, "] and [1, ",
-              kMaxHeadDimV, "], got ", head_dim,
-              " and ", head_dim_v);
+              "rvv_attn.extend_attention_blocking: head dims must be in [1, ", kMaxHeadDim, "] and [1, ", kMaxHeadDimV,
+              "], got ", head_dim, " and ", head_dim_v);
   const KernelTable& table = ops::kernels();
   const ExtendBlocking b = table.extend_blocking();
   return {b.block_m, b.block_n, table.extend_arena_bytes(head_dim, head_dim_v)};
@@ -416,10 +414,9 @@ TORCH_LIBRARY_FRAGMENT(rvv_attn, m) {
   m.def(
       "extend_attention_cpu(Tensor q_extend, Tensor? k_extend, Tensor? v_extend, Tensor(a!) o_extend, "
       "Tensor k_buffer, Tensor v_buffer, Tensor req_to_token, Tensor req_pool_indices, Tensor seq_lens, "
-      "Tensor extend_seq_lens, Tensor extend_start_loc, int max_len_extend, float sm_scale, float logit_cap, "
-      RVV_ATTN_OPTION_ARGS ") -> ()");
-  m.def("extend_attention_blocking(int head_dim, int head_dim_v) -> int[]",
-        &rvv_attn::extend_attention_blocking);
+      "Tensor extend_seq_lens, Tensor extend_start_loc, int max_len_extend, float sm_scale, float "
+      "logit_cap, " RVV_ATTN_OPTION_ARGS ") -> ()");
+  m.def("extend_attention_blocking(int head_dim, int head_dim_v) -> int[]", &rvv_attn::extend_attention_blocking);
 }
 
 TORCH_LIBRARY_IMPL(rvv_attn, CPU, m) {

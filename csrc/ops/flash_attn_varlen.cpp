@@ -16,9 +16,9 @@
 #include <cmath>
 #include <utility>
 
-#include "checks.h"
-#include "kernel_api.h"
+#include "kernels/kernel_api.h"
 #include "ops/attention.h"
+#include "ops/checks.h"
 #include "ops/entry_points.h"
 
 namespace rvv_attn {
@@ -38,12 +38,12 @@ std::pair<at::Tensor, at::Tensor> check_cu_seqlens(const char* op, const char* n
   TORCH_CHECK(v[0] == 0, op, ": ", name, "[0] = ", v[0], "; it must be 0 (sequence 0 starts at row 0)");
   at::Tensor starts = at::empty({batch}, at::kLong), lens = at::empty({batch}, at::kLong);
   for (int64_t b = 0; b < batch; ++b) {
-    TORCH_CHECK(v[b + 1] >= v[b], op, ": ", name, " must not decrease, but ", name, "[", b + 1, "] = ", v[b + 1],
-                " < ", name, "[", b, "] = ", v[b]);
+    TORCH_CHECK(v[b + 1] >= v[b], op, ": ", name, " must not decrease, but ", name, "[", b + 1, "] = ", v[b + 1], " < ",
+                name, "[", b, "] = ", v[b]);
     TORCH_CHECK(v[b + 1] <= rows, op, ": ", name, "[", b + 1, "] = ", v[b + 1], " runs past the ", rows, " rows of ",
                 rows_name);
-    TORCH_CHECK(v[b + 1] - v[b] <= max_len, op, ": sequence ", b, " has ", v[b + 1] - v[b], " rows (", name, "[",
-                b + 1, "] - ", name, "[", b, "]), more than ", max_name, " = ", max_len);
+    TORCH_CHECK(v[b + 1] - v[b] <= max_len, op, ": sequence ", b, " has ", v[b + 1] - v[b], " rows (", name, "[", b + 1,
+                "] - ", name, "[", b, "]), more than ", max_name, " = ", max_len);
     starts.data_ptr<int64_t>()[b] = v[b];
     lens.data_ptr<int64_t>()[b] = v[b + 1] - v[b];
   }
@@ -53,8 +53,8 @@ std::pair<at::Tensor, at::Tensor> check_cu_seqlens(const char* op, const char* n
 }  // namespace
 
 at::Tensor ops::flash_attn_varlen(const char* op, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                                  const at::Tensor& cu_seqlens_q, const at::Tensor& cu_seqlens_k,
-                                  int64_t max_seqlen_q, int64_t max_seqlen_k, bool causal) {
+                                  const at::Tensor& cu_seqlens_q, const at::Tensor& cu_seqlens_k, int64_t max_seqlen_q,
+                                  int64_t max_seqlen_k, bool causal) {
   using namespace checks;
   rank(op, "q", q, 3, "[Tq, H, D]");
   rank(op, "k", k, 3, "[Tk, H_kv, D]");
@@ -74,12 +74,12 @@ at::Tensor ops::flash_attn_varlen(const char* op, const at::Tensor& q, const at:
   size_is(op, "v", v, 1, heads_kv, "k.size(1) (H_kv)");
   TORCH_CHECK(heads_kv > 0 && heads % heads_kv == 0, op, ": q has H = ", heads,
               " heads, which is not a multiple of H_kv = ", heads_kv, " (k.size(1))");
-  TORCH_CHECK(head_dim >= 1 && head_dim <= kMaxHeadDim, op, ": head dim D = ", head_dim,
-              " (q.size(2)) is outside [1, ", kMaxHeadDim, "]");
+  TORCH_CHECK(head_dim >= 1 && head_dim <= kMaxHeadDim, op, ": head dim D = ", head_dim, " (q.size(2)) is outside [1, ",
+              kMaxHeadDim, "]");
   TORCH_CHECK(head_dim_v >= 1 && head_dim_v <= kMaxHeadDimV, op, ": value head dim Dv = ", head_dim_v,
               " (v.size(2)) is outside [1, ", kMaxHeadDimV, "]");
-  TORCH_CHECK(max_seqlen_q >= 0 && max_seqlen_k >= 0, op, ": max_seqlen_q = ", max_seqlen_q, " and max_seqlen_k = ",
-              max_seqlen_k, " must not be negative");
+  TORCH_CHECK(max_seqlen_q >= 0 && max_seqlen_k >= 0, op, ": max_seqlen_q = ", max_seqlen_q,
+              " and max_seqlen_k = ", max_seqlen_k, " must not be negative");
   for (auto [name, t] : {std::pair<const char*, const at::Tensor*>{"q", &q}, {"k", &k}, {"v", &v}}) {
     dense_last_dim(op, name, *t);
   }
@@ -144,4 +144,6 @@ TORCH_LIBRARY_FRAGMENT(rvv_attn, m) {
       "int max_seqlen_q, int max_seqlen_k, bool causal) -> Tensor");
 }
 
-TORCH_LIBRARY_IMPL(rvv_attn, CPU, m) { m.impl("flash_attn_varlen_func", &rvv_attn::entry::flash_attn_varlen_func<rvv_attn::kVarlenName>); }
+TORCH_LIBRARY_IMPL(rvv_attn, CPU, m) {
+  m.impl("flash_attn_varlen_func", &rvv_attn::entry::flash_attn_varlen_func<rvv_attn::kVarlenName>);
+}

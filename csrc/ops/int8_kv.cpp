@@ -7,7 +7,7 @@
 #include <cmath>
 #include <limits>
 
-#include "checks.h"
+#include "ops/checks.h"
 #include "ops/runtime.h"
 
 namespace rvv_attn::ops {
@@ -103,8 +103,7 @@ void check_read_scales(const char* op, const Int8Setup& s, const token_map::Chec
       // a hit on a slot this call writes is skipped and the scan resumes
       // after it, so fresh slots (NaN until written) cost one extra call each.
       for (int64_t i = 0; i < lens[b];) {
-        const ScaleScanParams scan{map.row_ptr(rows[b], firsts[b] + i), map.is_int64, lens[b] - i, data, st, sh,
-                                   heads};
+        const ScaleScanParams scan{map.row_ptr(rows[b], firsts[b] + i), map.is_int64, lens[b] - i, data, st, sh, heads};
         i += kernels().first_unusable_scale(scan);
         if (i == lens[b]) break;
         const int64_t slot = map.at(rows[b], firsts[b] + i);  // in range: checked by token_map
@@ -115,10 +114,8 @@ void check_read_scales(const char* op, const Int8Setup& s, const token_map::Chec
         for (int64_t h = 0; h < heads; ++h) {
           const float v = data[slot * st + h * sh];
           TORCH_CHECK(std::isfinite(v) && v > 0.0f, op, ": ", side.buf, "[", slot, ", ", h, "] = ", v,
-                      " is not a finite scale > 0, but dynamic mode (", side.scale,
-                      " = nan) reads it for slot ", slot, ", KV head ", h, " (req_to_token[", rows[b], ", ",
-                      firsts[b] + i,
-                      "], sequence ", b, ")");
+                      " is not a finite scale > 0, but dynamic mode (", side.scale, " = nan) reads it for slot ", slot,
+                      ", KV head ", h, " (req_to_token[", rows[b], ", ", firsts[b] + i, "], sequence ", b, ")");
         }
         TORCH_CHECK(false, op, ": internal error: the scale scan of ", side.buf, " stopped at slot ", slot,
                     " but every head's scale is usable");

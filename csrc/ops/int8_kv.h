@@ -16,8 +16,8 @@
 
 #include <vector>
 
-#include "kernel_api.h"
-#include "token_map.h"
+#include "kernels/kernel_api.h"
+#include "ops/token_map.h"
 
 namespace rvv_attn::ops {
 

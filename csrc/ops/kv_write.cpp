@@ -6,7 +6,7 @@
 #include <utility>
 #include <vector>
 
-#include "checks.h"
+#include "ops/checks.h"
 #include "ops/runtime.h"
 
 namespace rvv_attn::ops {
@@ -62,8 +62,10 @@ PreparedKvWrite prepare_kv_write(const char* op, const at::Tensor& k_buffer, con
   size_is(op, "value", value, 1, heads_kv, "k_buffer.size(1) (H_kv)");
   size_is(op, "key", key, 2, head_dim, "k_buffer.size(2) (D)");
   size_is(op, "value", value, 2, head_dim_v, "v_buffer.size(2) (Dv)");
-  for (auto [name, t] : {std::pair<const char*, const at::Tensor*>{"k_buffer", &k_buffer}, {"v_buffer", &v_buffer},
-                         {"key", &key}, {"value", &value}}) {
+  for (auto [name, t] : {std::pair<const char*, const at::Tensor*>{"k_buffer", &k_buffer},
+                         {"v_buffer", &v_buffer},
+                         {"key", &key},
+                         {"value", &value}}) {
     dense_last_dim(op, name, *t);
   }
   PreparedKvWrite out{};

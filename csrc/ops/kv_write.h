@@ -5,7 +5,7 @@
 
 #include <ATen/core/Tensor.h>
 
-#include "kernel_api.h"
+#include "kernels/kernel_api.h"
 
 namespace rvv_attn::ops {
 

@@ -13,7 +13,7 @@
 #include <mutex>
 #include <thread>
 
-#include "dispatch.h"
+#include "dispatch/dispatch.h"
 
 namespace rvv_attn::ops {
 namespace {
@@ -107,9 +107,8 @@ int64_t pool_concurrency_probe(double timeout_seconds) {
   const int64_t n = at::get_num_threads();
   Probe probe;
   probe.chunks = parallel_chunks(n);
-  probe.deadline = std::chrono::steady_clock::now() +
-                   std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                       std::chrono::duration<double>(timeout_seconds));
+  probe.deadline = std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                                          std::chrono::duration<double>(timeout_seconds));
   auto body = [](void* ctx, int64_t, int64_t) {
     auto& p = *static_cast<Probe*>(ctx);
     p.arrived.fetch_add(1);

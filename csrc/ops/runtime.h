@@ -2,7 +2,7 @@
 // variant's table and the torch thread pool.
 #pragma once
 
-#include "kernel_api.h"
+#include "kernels/kernel_api.h"
 
 namespace rvv_attn::ops {
 

@@ -45,8 +45,8 @@ const Entry kEntries[] = {
     {"extend_attention_cpu",
      "extend_attention_cpu(Tensor q_extend, Tensor? k_extend, Tensor? v_extend, Tensor(a!) o_extend, "
      "Tensor k_buffer, Tensor v_buffer, Tensor req_to_token, Tensor req_pool_indices, Tensor seq_lens, "
-     "Tensor extend_seq_lens, Tensor extend_start_loc, int max_len_extend, float sm_scale, float logit_cap, "
-     RVV_ATTN_OPTION_ARGS ") -> ()"},
+     "Tensor extend_seq_lens, Tensor extend_start_loc, int max_len_extend, float sm_scale, float "
+     "logit_cap, " RVV_ATTN_OPTION_ARGS ") -> ()"},
     {"flash_attn_varlen_func",
      "flash_attn_varlen_func(Tensor q, Tensor k, Tensor v, Tensor cu_seqlens_q, Tensor cu_seqlens_k, "
      "int max_seqlen_q, int max_seqlen_k, bool causal) -> Tensor"},
@@ -63,8 +63,7 @@ const Entry kEntries[] = {
      "extend_attention_int8_cpu(Tensor q_extend, Tensor? k_extend, Tensor? v_extend, Tensor(a!) o_extend, "
      "Tensor(b!) k_buffer, Tensor(c!) v_buffer, Tensor req_to_token, Tensor req_pool_indices, Tensor seq_lens, "
      "Tensor extend_seq_lens, Tensor extend_start_loc, int max_len_extend, float sm_scale, float logit_cap, "
-     "Tensor(e!) k_scale_buf, Tensor(f!) v_scale_buf, float k_scale, float v_scale, " RVV_ATTN_OPTION_ARGS
-     ") -> ()"},
+     "Tensor(e!) k_scale_buf, Tensor(f!) v_scale_buf, float k_scale, float v_scale, " RVV_ATTN_OPTION_ARGS ") -> ()"},
 };
 
 }  // namespace
@@ -81,16 +80,16 @@ std::vector<std::string> register_sglang_names() {
   if (!libraries.empty()) return names;
   for (const Entry& e : kEntries) {
     const auto existing = c10::Dispatcher::singleton().findSchema({std::string("sgl_kernel::") + e.name, ""});
-    TORCH_CHECK(!existing.has_value(), "rvv_attn.sglang: torch.ops.sgl_kernel.", e.name,
-                " is already defined (", existing.has_value() ? existing->schema().name() : "",
+    TORCH_CHECK(!existing.has_value(), "rvv_attn.sglang: torch.ops.sgl_kernel.", e.name, " is already defined (",
+                existing.has_value() ? existing->schema().name() : "",
                 ", by another library, e.g. a real sgl-kernel build); rvv_attn registered none of its SGLang names. "
                 "Use one kernel library per process");
   }
-  auto defs = std::make_unique<torch::Library>(torch::Library::FRAGMENT, "sgl_kernel", std::nullopt, __FILE__,
-                                               __LINE__);
+  auto defs =
+      std::make_unique<torch::Library>(torch::Library::FRAGMENT, "sgl_kernel", std::nullopt, __FILE__, __LINE__);
   for (const Entry& e : kEntries) defs->def(e.schema);
-  auto impls = std::make_unique<torch::Library>(torch::Library::IMPL, "sgl_kernel", c10::DispatchKey::CPU, __FILE__,
-                                                __LINE__);
+  auto impls =
+      std::make_unique<torch::Library>(torch::Library::IMPL, "sgl_kernel", c10::DispatchKey::CPU, __FILE__, __LINE__);
   impls->impl("decode_attention_cpu", &entry::decode_attention_cpu<kDecode>);
   impls->impl("extend_attention_cpu", &entry::extend_attention_cpu<kExtend>);
   impls->impl("decode_attention_int8_cpu", &entry::decode_attention_int8_cpu<kDecodeInt8>);
@@ -104,6 +103,4 @@ std::vector<std::string> register_sglang_names() {
 
 }  // namespace rvv_attn
 
-TORCH_LIBRARY_FRAGMENT(rvv_attn, m) {
-  m.def("register_sglang_names() -> str[]", &rvv_attn::register_sglang_names);
-}
+TORCH_LIBRARY_FRAGMENT(rvv_attn, m) { m.def("register_sglang_names() -> str[]", &rvv_attn::register_sglang_names); }

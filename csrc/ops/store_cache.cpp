@@ -12,13 +12,13 @@
 #include <utility>
 #include <vector>
 
-#include "checks.h"
+#include "kernels/kernel_api.h"
 #include "ops/attention.h"
+#include "ops/checks.h"
 #include "ops/entry_points.h"
-#include "kernel_api.h"
 #include "ops/kv_write.h"
+#include "ops/overlap.h"
 #include "ops/runtime.h"
-#include "overlap.h"
 
 namespace rvv_attn {
 namespace {
@@ -28,7 +28,8 @@ constexpr char kStoreCacheName[] = "rvv_attn.store_cache_cpu";
 DType copy_dtype(const char* op, const at::Tensor& t) {
   if (t.scalar_type() == at::kByte) return DType::Bytes;
   TORCH_CHECK(t.scalar_type() == at::kFloat || t.scalar_type() == at::kBFloat16 || t.scalar_type() == at::kHalf, op,
-              ": k has dtype ", t.scalar_type(), "; supported are bfloat16, float16, float32 and uint8 (an fp8 cache "
+              ": k has dtype ", t.scalar_type(),
+              "; supported are bfloat16, float16, float32 and uint8 (an fp8 cache "
               "stored as bytes)");
   return checks::float_dtype(op, "k", t);
 }
@@ -44,8 +45,8 @@ void ops::store_cache(const char* op, const at::Tensor& k, const at::Tensor& v, 
   rank(op, "v_cache", v_cache, 3, "[max_total_tokens, H, Dv]");
   rank(op, "indices", indices, 1, "[T]");
   const DType dtype = copy_dtype(op, k);
-  for (auto [name, t] : {std::pair<const char*, const at::Tensor*>{"v", &v}, {"k_cache", &k_cache},
-                         {"v_cache", &v_cache}}) {
+  for (auto [name, t] :
+       {std::pair<const char*, const at::Tensor*>{"v", &v}, {"k_cache", &k_cache}, {"v_cache", &v_cache}}) {
     same_dtype(op, name, *t, "k", k);
   }
   index_tensor(op, "indices", indices);
@@ -61,8 +62,8 @@ void ops::store_cache(const char* op, const at::Tensor& k, const at::Tensor& v, 
     TORCH_CHECK(*row_dim == heads * k.size(2), op, ": row_dim = ", *row_dim, " but k's rows hold H * D = ", heads,
                 " * ", k.size(2), " = ", heads * k.size(2), " elements");
   }
-  for (auto [name, t] : {std::pair<const char*, const at::Tensor*>{"k", &k}, {"v", &v}, {"k_cache", &k_cache},
-                         {"v_cache", &v_cache}}) {
+  for (auto [name, t] :
+       {std::pair<const char*, const at::Tensor*>{"k", &k}, {"v", &v}, {"k_cache", &k_cache}, {"v_cache", &v_cache}}) {
     dense_last_dim(op, name, *t);
   }
   const at::Tensor slots = indices.to(at::kLong).contiguous();

@@ -1,4 +1,4 @@
-#include "overlap.h"
+#include "ops/overlap.h"
 
 #include <ATen/MemoryOverlap.h>
 #include <c10/util/Exception.h>
@@ -210,17 +210,17 @@ void check_writes(const char* op, const std::vector<Arg>& written, const std::ve
     if (absent(*w)) continue;
     const at::Tensor& t = *w->tensor;
     const Verdict self = internal(t);
-    TORCH_CHECK(self == Verdict::No, op, ": ", w->name, " has overlapping elements (shape ", t.sizes(),
-                ", strides ", t.strides(), ")", self == Verdict::Unknown ? " or strides too irregular to check" : "",
+    TORCH_CHECK(self == Verdict::No, op, ": ", w->name, " has overlapping elements (shape ", t.sizes(), ", strides ",
+                t.strides(), ")", self == Verdict::Unknown ? " or strides too irregular to check" : "",
                 "; a written tensor needs one memory location per element (e.g. not an expand()ed view): pass a "
                 "tensor from torch.empty/zeros or a slice of one");
     auto against = [&](const Arg& other) {
       if (absent(other)) return;
       const at::Tensor& u = *other.tensor;
       const Verdict v = between(t, u);
-      TORCH_CHECK(v == Verdict::No, op, ": ", w->name, " ", verdict_words(v), " ", other.name, " (", w->name,
-                  " shape ", t.sizes(), " strides ", t.strides(), ", ", other.name, " shape ", u.sizes(),
-                  " strides ", u.strides(), "); the operator writes ", w->name,
+      TORCH_CHECK(v == Verdict::No, op, ": ", w->name, " ", verdict_words(v), " ", other.name, " (", w->name, " shape ",
+                  t.sizes(), " strides ", t.strides(), ", ", other.name, " shape ", u.sizes(), " strides ", u.strides(),
+                  "); the operator writes ", w->name,
                   " while it still reads the other, so the two must not overlap: pass separate tensors");
     };
     for (auto o = w + 1; o != written.end(); ++o) against(*o);

@@ -1,7 +1,7 @@
-// The library's schemas (TORCH_LIBRARY): the KV write and the variant
-// controls. Other operators add theirs with TORCH_LIBRARY_FRAGMENT in
-// csrc/ops/.
-#include <ATen/core/Tensor.h>
+// The library's TORCH_LIBRARY block: the variant and runtime controls.
+// Every operator adds its schema with TORCH_LIBRARY_FRAGMENT in its own file
+// of csrc/ops/.
+#include <c10/util/Exception.h>
 #include <torch/library.h>
 
 #include <stdexcept>
@@ -9,23 +9,12 @@
 #include <tuple>
 #include <vector>
 
-#include "dispatch.h"
-#include "kernel_api.h"
-#include "ops/kv_write.h"
+#include "dispatch/dispatch.h"
+#include "kernels/kernel_api.h"
 #include "ops/runtime.h"
-#include "overlap.h"
 
 namespace rvv_attn {
 namespace {
-
-void decode_set_kv_buffer(at::Tensor& k_buffer, at::Tensor& v_buffer, const at::Tensor& key,
-                          const at::Tensor& value, const at::Tensor& loc) {
-  constexpr const char* op = "rvv_attn.decode_set_kv_buffer";
-  const ops::PreparedKvWrite prepared = ops::prepare_kv_write(op, k_buffer, v_buffer, key, value, loc);
-  overlap::check_writes(op, {{"k_buffer", &k_buffer}, {"v_buffer", &v_buffer}},
-                        {{"key", &key}, {"value", &value}, {"loc", &loc}});
-  ops::run_kv_write(prepared);
-}
 
 std::vector<std::string> compiled_variant_names() {
   std::vector<std::string> names;
@@ -63,7 +52,6 @@ std::string selection_reason_op() {
 }  // namespace rvv_attn
 
 TORCH_LIBRARY(rvv_attn, m) {
-  m.def("decode_set_kv_buffer(Tensor(a!) k_buffer, Tensor(b!) v_buffer, Tensor key, Tensor value, Tensor loc) -> ()");
   m.def("compiled_variants() -> str[]", &rvv_attn::compiled_variant_names);
   m.def("select_variant(str name) -> str", &rvv_attn::select_variant_op);
   m.def("active_variant() -> str", &rvv_attn::active_variant);
@@ -71,8 +59,4 @@ TORCH_LIBRARY(rvv_attn, m) {
   m.def("cpu_features(str probe=\"auto\") -> (str[], int, str)", &rvv_attn::cpu_features);
   m.def("selection_reason() -> str", &rvv_attn::selection_reason_op);
   m.def("pool_concurrency_probe(float timeout_seconds) -> int", &rvv_attn::ops::pool_concurrency_probe);
-}
-
-TORCH_LIBRARY_IMPL(rvv_attn, CPU, m) {
-  m.impl("decode_set_kv_buffer", &rvv_attn::decode_set_kv_buffer);
 }

@@ -11,7 +11,7 @@
 #include <limits>
 #include <string>
 
-#include "kernel_api.h"
+#include "kernels/kernel_api.h"
 
 namespace rvv_attn::checks {
 
@@ -60,8 +60,8 @@ inline void not_int8_cache(const char* op, const char* name, const at::Tensor& t
 
 inline void same_dtype(const char* op, const char* name, const at::Tensor& t, const char* ref_name,
                        const at::Tensor& ref) {
-  TORCH_CHECK(t.scalar_type() == ref.scalar_type(), op, ": ", name, " has dtype ", t.scalar_type(), " but ",
-              ref_name, " has ", ref.scalar_type(), "; they must match");
+  TORCH_CHECK(t.scalar_type() == ref.scalar_type(), op, ": ", name, " has dtype ", t.scalar_type(), " but ", ref_name,
+              " has ", ref.scalar_type(), "; they must match");
 }
 
 inline void index_dtype(const char* op, const char* name, const at::Tensor& t,
@@ -87,11 +87,13 @@ inline void index_tensor(const char* op, const char* name, const at::Tensor& t) 
 inline void logit_cap(const char* op, double cap) {
   const float f = static_cast<float>(cap);
   const bool off = cap == 0.0;
-  const bool ok = off || (std::isfinite(f) && f > 0.0f && 1.0f / f >= std::numeric_limits<float>::min() &&
-                          std::isfinite(1.0f / f));
-  TORCH_CHECK(cap >= 0.0 && ok, op, ": logit_cap must be finite and >= 0 (0 disables the cap), and 1/logit_cap a "
-              "normal float32 (so a non-zero cap lies in [", 1.0f / std::numeric_limits<float>::max(), ", ",
-              1.0f / std::numeric_limits<float>::min(), "]), got ", cap);
+  const bool ok =
+      off || (std::isfinite(f) && f > 0.0f && 1.0f / f >= std::numeric_limits<float>::min() && std::isfinite(1.0f / f));
+  TORCH_CHECK(cap >= 0.0 && ok, op,
+              ": logit_cap must be finite and >= 0 (0 disables the cap), and 1/logit_cap a "
+              "normal float32 (so a non-zero cap lies in [",
+              1.0f / std::numeric_limits<float>::max(), ", ", 1.0f / std::numeric_limits<float>::min(), "]), got ",
+              cap);
 }
 
 }  // namespace rvv_attn::checks

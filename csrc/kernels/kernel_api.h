@@ -2,8 +2,9 @@
 //
 // Kernel translation units include this header, <riscv_vector.h> and the
 // standard library only: no torch headers, so each per-VLEN compile takes
-// seconds, not the best part of a minute. The binding validates every input
-// and hands the kernels raw pointers, element strides and a thread pool.
+// seconds, not the best part of a minute (ci/tests/test_csrc_layout.py
+// checks it). The torch-facing layer (csrc/ops/) validates every input and
+// hands the kernels raw pointers, element strides and a thread pool.
 #pragma once
 
 #include <cstdint>
@@ -132,15 +133,15 @@ struct ExtendParams {
   // (seq_lens - extend_seq_lens; after the encoder offset, and without the
   // keys no query row's window reaches), or with ``cross`` its encoder
   // tokens. Stage 2 attends the new tokens causally, unless ``cross``.
-  const int64_t* kv_first;          // [B]
-  const int64_t* prefix_lens;       // [B]
-  const int64_t* extend_lens;       // [B] query rows
-  const int64_t* extend_start;      // [B] first query (and output) row
+  const int64_t* kv_first;      // [B]
+  const int64_t* prefix_lens;   // [B]
+  const int64_t* extend_lens;   // [B] query rows
+  const int64_t* extend_start;  // [B] first query (and output) row
   // Stage 2's keys: rows [new_key_start[b], new_key_start[b] + new_key_lens[b])
   // of k/v. Extend: its own new tokens (extend_start, extend_lens). Dense
   // varlen attention (flash_attn_varlen_func) has separate key sequences.
-  const int64_t* new_key_start;     // [B]
-  const int64_t* new_key_lens;      // [B]
+  const int64_t* new_key_start;  // [B]
+  const int64_t* new_key_lens;   // [B]
   // Stage 2's mask: query row m sees new keys 0..m (top-left aligned), or
   // all of them when false.
   bool causal;

@@ -1,4 +1,4 @@
-#include "cpu_features.h"
+#include "dispatch/cpu_features.h"
 
 #if defined(__riscv) && defined(__linux__)
 #include <sys/auxv.h>

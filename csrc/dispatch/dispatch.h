@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "cpu_features.h"
-#include "kernel_api.h"
+#include "dispatch/cpu_features.h"
+#include "kernels/kernel_api.h"
 
 namespace rvv_attn {
 

@@ -14,8 +14,7 @@
 #if !defined(__riscv_v_fixed_vlen)
 #error "RVV variants are built with -mrvv-vector-bits=zvl so that __riscv_v_fixed_vlen is defined"
 #endif
-static_assert(__riscv_v_fixed_vlen == RVV_ATTN_VLEN,
-              "the variant's VLEN and the compiler's -march zvl value disagree");
+static_assert(__riscv_v_fixed_vlen == RVV_ATTN_VLEN, "the variant's VLEN and the compiler's -march zvl value disagree");
 #define RVV_ATTN_HAS_RVV 1
 #include <riscv_vector.h>
 #else

@@ -15,7 +15,7 @@
 
 #include <cstdint>
 
-#include "checks.h"
+#include "ops/checks.h"
 
 namespace rvv_attn::token_map {
 
@@ -61,8 +61,8 @@ struct CheckedTokenMaps {
 inline CheckedTokenMaps check_ranges(const char* op, const at::Tensor& req_to_token, const at::Tensor& req_pool_indices,
                                      const at::Tensor& firsts, const at::Tensor& lens, int64_t num_slots) {
   CheckedTokenMaps out;
-  out.req_to_token = req_to_token.size(1) <= 1 || req_to_token.stride(1) == 1 ? req_to_token
-                                                                                : req_to_token.contiguous();
+  out.req_to_token =
+      req_to_token.size(1) <= 1 || req_to_token.stride(1) == 1 ? req_to_token : req_to_token.contiguous();
   out.req_pool_indices = req_pool_indices.to(at::kLong).contiguous();
   out.firsts = firsts;
   out.lens = lens;
@@ -77,8 +77,7 @@ inline CheckedTokenMaps check_ranges(const char* op, const at::Tensor& req_to_to
     for (int64_t t = first[b]; t < first[b] + len[b]; ++t) {
       const int64_t slot = map.at(rows[b], t);
       TORCH_CHECK(slot >= 0 && slot < num_slots, op, ": req_to_token[", rows[b], ", ", t, "] = ", slot,
-                  " is outside the KV cache's token slots [0, ", num_slots, ") (sequence ", b, ", column ", t,
-                  ")");
+                  " is outside the KV cache's token slots [0, ", num_slots, ") (sequence ", b, ", column ", t, ")");
     }
   }
   return out;
@@ -105,13 +104,12 @@ inline void check_layout(const char* op, const at::Tensor& req_to_token, const a
 //    sequence includes the token written this step);
 //  * req_to_token[req_pool_indices[b], t] in [0, num_slots) for t < lens[b].
 // Call check_layout first.
-inline CheckedTokenMaps check_values(const char* op, const at::Tensor& req_to_token,
-                                     const at::Tensor& req_pool_indices, const char* lens_name,
-                                     const at::Tensor& lens, int64_t num_slots, int64_t min_len,
+inline CheckedTokenMaps check_values(const char* op, const at::Tensor& req_to_token, const at::Tensor& req_pool_indices,
+                                     const char* lens_name, const at::Tensor& lens, int64_t num_slots, int64_t min_len,
                                      const char* min_len_reason) {
   CheckedTokenMaps out;
-  out.req_to_token = req_to_token.size(1) <= 1 || req_to_token.stride(1) == 1 ? req_to_token
-                                                                                : req_to_token.contiguous();
+  out.req_to_token =
+      req_to_token.size(1) <= 1 || req_to_token.stride(1) == 1 ? req_to_token : req_to_token.contiguous();
   // Widened to int64 before any check, so every bound holds for either width.
   out.req_pool_indices = req_pool_indices.to(at::kLong).contiguous();
   out.lens = lens.to(at::kLong).contiguous();
@@ -132,8 +130,7 @@ inline CheckedTokenMaps check_values(const char* op, const at::Tensor& req_to_to
     for (int64_t t = 0; t < len[b]; ++t) {
       const int64_t slot = map.at(rows[b], t);
       TORCH_CHECK(slot >= 0 && slot < num_slots, op, ": req_to_token[", rows[b], ", ", t, "] = ", slot,
-                  " is outside the KV cache's token slots [0, ", num_slots, ") (sequence ", b, ", token ", t,
-                  ")");
+                  " is outside the KV cache's token slots [0, ", num_slots, ") (sequence ", b, ", token ", t, ")");
     }
   }
   return out;

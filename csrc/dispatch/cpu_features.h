@@ -13,16 +13,16 @@
 namespace rvv_attn {
 
 enum class CpuProbe {
-  kAuto,    // riscv_hwprobe, falling back to AT_HWCAP if the kernel lacks it
-  kHwcap,   // AT_HWCAP only (what a pre-6.4 kernel offers)
+  kAuto,   // riscv_hwprobe, falling back to AT_HWCAP if the kernel lacks it
+  kHwcap,  // AT_HWCAP only (what a pre-6.4 kernel offers)
 };
 
 struct CpuInfo {
-  bool has_vector = false;  // V, as reported by the kernel
-  bool has_zvfh = false;    // vector half-precision arithmetic (riscv_hwprobe only)
+  bool has_vector = false;    // V, as reported by the kernel
+  bool has_zvfh = false;      // vector half-precision arithmetic (riscv_hwprobe only)
   bool has_zvfbfmin = false;  // vector bfloat16 conversions (riscv_hwprobe only)
-  int vlen = 0;             // bits, read from vlenb; 0 without V
-  std::string source;       // "riscv_hwprobe", "AT_HWCAP", or "none (not riscv64 Linux)"
+  int vlen = 0;               // bits, read from vlenb; 0 without V
+  std::string source;         // "riscv_hwprobe", "AT_HWCAP", or "none (not riscv64 Linux)"
 };
 
 CpuInfo detect_cpu(CpuProbe probe = CpuProbe::kAuto);
