@@ -20,9 +20,12 @@ blocks that changed.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
+import os
 import subprocess
+import threading
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -272,12 +275,10 @@ class CostCache:
             for block, result in zip(missing, results):
                 found[block] = result.cycles_per_iteration
                 path = self.folder / f"{self._key(block, core)}.json"
-                path.write_text(
-                    json.dumps(
-                        {"cycles_per_iteration": result.cycles_per_iteration, "core": core.key(), "llvm": self.version}
-                    )
-                    + "\n"
-                )
+                entry = {"cycles_per_iteration": result.cycles_per_iteration, "core": core.key(), "llvm": self.version}
+                partial = path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
+                partial.write_text(json.dumps(entry) + "\n")
+                partial.replace(path)  # whole or not at all: two benchmark processes may share the cache
         return found
 
 
@@ -285,3 +286,32 @@ def estimate(executions: Mapping[Block, int], core: Core, cache: CostCache) -> f
     """Cycles of a run: the sum over its blocks of (times executed) x (cycles per iteration on ``core``)."""
     costs = cache.costs(executions, core)
     return sum(count * costs[block] for block, count in executions.items())
+
+
+@functools.cache
+def fma_cycles(core: Core) -> float:
+    """Cycles per LMUL-1 worth of float32 ``vfmacc.vf`` at the core's best LMUL: the FMA floor's unit.
+
+    From the model's resource tables (block reciprocal throughput of one instruction), per register of work,
+    the cheapest of LMUL 1, 2, 4 and 8: a floor no instruction choice can go under.
+    """
+    best = None
+    for lmul8, group in ((8, "v8"), (16, "v8"), (32, "v8"), (64, "v8")):
+        vtype = VType(32, lmul8)
+        source = "\n".join([*vtype.instruments(), f"vfmacc.vf {group}, fa0, v16"]) + "\n"
+        cmd = [
+            LLVM_MCA,
+            "-mtriple=riscv64",
+            f"-mcpu={core.cpu}",
+            f"-mattr={core.mattr}",
+            "--json",
+            "--timeline=false",
+            "--resource-pressure=false",
+            "--instruction-info=false",
+        ]
+        proc = subprocess.run(cmd, input=source, capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise CommandFailed(cmd, proc.returncode, proc.stderr)
+        per_register = json.loads(proc.stdout)["CodeRegions"][0]["SummaryView"]["BlockRThroughput"] / (lmul8 // 8)
+        best = per_register if best is None else min(best, per_register)
+    return float(best)

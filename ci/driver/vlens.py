@@ -18,6 +18,7 @@ MIN_VLEN, MAX_VLEN = 128, 1024
 class Variant:
     vlen: int
     board: str = ""
+    cycle_model: str = ""  # llvm-mca's -mcpu for this VLEN's cycle estimates
 
     @property
     def name(self) -> str:
@@ -47,7 +48,7 @@ def parse_table(text: str) -> tuple[Variant, ...]:
         vlen = int(row["vlen"])
         if vlen & (vlen - 1) or not MIN_VLEN <= vlen <= MAX_VLEN:
             raise ValueError(f"VLEN {vlen} in {VLENS_FILE.name} must be a power of two in [{MIN_VLEN}, {MAX_VLEN}]")
-        variants.append(Variant(vlen, row.get("board", "")))
+        variants.append(Variant(vlen, row.get("board", ""), row.get("cycle_model", "")))
     if len({v.vlen for v in variants}) != len(variants):
         raise ValueError(f"duplicate VLEN in {VLENS_FILE.name}")
     return tuple(sorted(variants, key=lambda v: v.vlen))

@@ -270,3 +270,45 @@ def test_guest_cases_label_each_case_after_the_empty_region():
     config = cases.check_configs()[0]
     labelled = run.guest_cases(config)
     assert [c["label"] for c in labelled] == [1, 2] and labelled[0]["id"] == config.cases[0].id
+
+
+# ---- cycles ---------------------------------------------------------------------------------------
+
+
+def test_fma_work_and_kv_bytes_per_unit_follow_the_shapes():
+    decode = cases.Case("decode", "bf16", seq=4096)
+    # G = 4 query heads per KV head, D + Dv = 256 FMAs each, 8 float32 lanes at VLEN 256.
+    assert decode.fma_registers_per_unit(256) == 4 * 256 / 8
+    assert decode.fma_registers_per_unit(1024) == 4 * 256 / 32
+    assert decode.kv_bytes_per_unit() == 256 * 2
+    assert cases.Case("decode", "int8-static", seq=4096).kv_bytes_per_unit() == 256
+    assert cases.Case("decode", "int8-dynamic", seq=4096).kv_bytes_per_unit() == 256 + 8  # a float32 scale each
+    extend = cases.Case("extend", "bf16", prefix=1024, new=256)
+    assert extend.fma_registers_per_unit(256) == 256 / 8
+    # Every key's K and V rows once per KV head, over the pairs of its 4 query heads.
+    assert extend.kv_bytes_per_unit() == pytest.approx(1280 * 512 / (4 * extend.pairs_per_sequence()))
+
+
+def test_a_rows_cycles_are_per_unit_with_their_floor_and_the_guard_compares_them_on_the_same_core():
+    row = figures.Row("vlen256", "vlen256", 256, cases.Case("decode", "bf16", seq=1024), {"raw": 8192})
+    row.set_cycles("spacemit-x60", 8192 * 300.0, 150.0)
+    assert row.cycles["per_unit"] == 300.0 and row.cycles["of_floor"] == 2.0
+    assert row.as_json()["cycles"]["core"] == "spacemit-x60"
+    base = _doc()
+    base["rows"][0]["cycles"] = {"core": "spacemit-x60", "per_unit": 300.0}
+    grown = _doc()
+    grown["rows"][0]["cycles"] = {"core": "spacemit-x60", "per_unit": 306.1}
+    regressions, _, _ = figures.compare(base, grown)
+    assert len(regressions) == 1 and "spacemit-x60 cycles 300 -> 306.1" in regressions[0]
+    # Another core, or a baseline from before the cycle model: nothing to compare them with.
+    grown["rows"][0]["cycles"]["core"] = "sifive-p670"
+    assert figures.compare(base, grown) == ([], [], [])
+    assert figures.compare(_doc(), grown) == ([], [], [])
+
+
+def test_the_cycles_table_names_each_configurations_core():
+    row = figures.Row("vlen256", "vlen256", 256, cases.Case("decode", "bf16", seq=1024), {"raw": 8192})
+    row.set_cycles("spacemit-x60", 8192 * 412.0, 128.0)
+    table = render.cycles_table({"rows": [row.as_json()]})
+    assert "VLEN 256 (spacemit-x60)" in table.splitlines()[0]
+    assert "| decode bf16 B=1 seq=1024 | 412.0 |" in table

@@ -68,6 +68,31 @@ class Case:
             return self.batch * self.attended() * self.heads_kv
         return self.batch * self.pairs_per_sequence() * self.heads
 
+    def fma_registers_per_unit(self, vlen: int) -> float:
+        """Float32 FMAs per unit, in LMUL-1 register operations: what a cycle floor is counted from.
+
+        Decode, per KV token per KV head: G * (D + Dv) (q.k for each query head of the group, p*v into each
+        accumulator); extend and varlen, per pair per query head: D + Dv. VLEN/32 lanes per register.
+        """
+        per_unit = self.head_dim + self.head_dim_v
+        if self.op == "decode":
+            per_unit *= self.group
+        return per_unit / (vlen / 32)
+
+    def kv_bytes_per_unit(self) -> float:
+        """Bytes of K and V the call must read per unit, each cached row once (a floor for memory traffic).
+
+        Decode: one K and one V row per KV token per KV head; extend: every key's rows once per KV head,
+        spread over the pairs of the G query heads that share them. int8 rows are a byte per element plus,
+        with dynamic scales, a float32 scale per row.
+        """
+        element = 2 if self.dtype == "bf16" else 1
+        row_bytes = (self.head_dim + self.head_dim_v) * element + (8 if self.dtype == "int8-dynamic" else 0)
+        if self.op == "decode":
+            return float(row_bytes)
+        keys = self.prefix + self.new if self.op == "extend" else self.new
+        return keys * row_bytes / (self.group * self.pairs_per_sequence())
+
     @property
     def unit(self) -> str:
         return "KV token x KV head" if self.op == "decode" else "query-key pair x query head"

@@ -21,6 +21,12 @@ Figures (each per unit): ``raw`` instructions retired; ``scalar``; ``vector``
 (arithmetic + loads/stores + vset*); ``vector_lmul1`` (vector in LMUL-1
 equivalents: each instruction weighted by its register-group size, vset* 1);
 ``lmul1`` (scalar + vector_lmul1); ``lower_bound`` (see ``lower_bound``).
+
+``cycles`` (rvv-attn rows): the call's cycles estimated with LLVM's scheduling model of the core of its
+VLEN (toolchains/vlens.json ``cycle_model``; ci/driver/cycles.py says what the model leaves out), per unit;
+``fma_floor``, the cycles its float32 FMAs alone need on that core at its cheapest LMUL, and the estimate's
+ratio to it; ``kv_bytes_per_unit``, the K/V cache bytes the call must read per unit (a memory floor for a
+reader who knows a board's bandwidth).
 """
 
 from __future__ import annotations
@@ -129,12 +135,25 @@ class Row:
     counts: dict[str, int]
     per_unit: dict[str, float] = field(default_factory=dict)
     lower_bound: float | None = None
+    cycles: dict | None = None
 
     def __post_init__(self) -> None:
         units = self.case.units()
         self.per_unit = {k: round(v / units, 3) for k, v in self.counts.items()}
         if self.variant != PORTABLE and self.case.impl != NATIVE:
             self.lower_bound = round(lower_bound(self.case, self.vlen), 3)
+
+    def set_cycles(self, core: str, total: float, floor_per_unit: float | None) -> None:
+        """The cycle estimate of the call on ``core`` (see ci/driver/cycles.py) and its FMA floor per unit."""
+        per_unit = total / self.case.units()
+        self.cycles = {
+            "core": core,
+            "total": round(total),
+            "per_unit": round(per_unit, 3),
+            "fma_floor": round(floor_per_unit, 3) if floor_per_unit else None,
+            "of_floor": round(per_unit / floor_per_unit, 3) if floor_per_unit else None,
+            "kv_bytes_per_unit": round(self.case.kv_bytes_per_unit(), 3),
+        }
 
     @property
     def key(self) -> str:
@@ -153,6 +172,7 @@ class Row:
             "counts": self.counts,
             "per_unit": self.per_unit,
             "lower_bound": self.lower_bound,
+            "cycles": self.cycles,
         }
 
 
@@ -193,8 +213,11 @@ def compare(baseline: dict, current: dict, tolerance: float = TOLERANCE) -> tupl
         if old is None:
             unmeasured.append(row["key"])
             continue
-        for fig in FIGURES:
-            before, after = old["per_unit"][fig], row["per_unit"][fig]
+        pairs = [(fig, old["per_unit"][fig], row["per_unit"][fig]) for fig in FIGURES]
+        # Cycles on the same core, once both sides have them (a baseline from before the cycle model has none).
+        if (old.get("cycles") or {}).get("core") and old["cycles"]["core"] == (row.get("cycles") or {}).get("core"):
+            pairs.append((f"{old['cycles']['core']} cycles", old["cycles"]["per_unit"], row["cycles"]["per_unit"]))
+        for fig, before, after in pairs:
             if after > before * (1 + tolerance) and after > before:
                 regressions.append(f"{row['key']}: {fig} {before:g} -> {after:g} per unit (+{_pct(before, after)})")
             elif after < before * (1 - tolerance):

@@ -72,6 +72,10 @@ def detail_table(doc: dict, vlen: int | None = None) -> str:
         "LMUL-1 eq. total",
         "lower bound",
         "LMUL-1 eq. / bound",
+        "cycles (core)",
+        "FMA floor",
+        "cycles / floor",
+        "KV bytes",
     ]
     rows = []
     for r in doc["rows"]:
@@ -92,8 +96,35 @@ def detail_table(doc: dict, vlen: int | None = None) -> str:
                 _fmt(pu["lmul1"]),
                 _fmt(lb),
                 ratio,
+                *_cycle_cells(r.get("cycles")),
             ]
         )
+    return "\n".join(_table(head, rows))
+
+
+def _cycle_cells(cycles: dict | None) -> list[str]:
+    if not cycles:
+        return ["-", "-", "-", "-"]
+    ratio = f"{cycles['of_floor']:.2f}x" if cycles.get("of_floor") else "-"
+    return [
+        f"{_fmt(cycles['per_unit'])} ({cycles['core']})",
+        _fmt(cycles.get("fma_floor")),
+        ratio,
+        _fmt(cycles.get("kv_bytes_per_unit")),
+    ]
+
+
+def cycles_table(doc: dict) -> str:
+    """Estimated cycles per unit: one row per case, one column per configuration (each on its VLEN's core)."""
+    rows_with = [r for r in doc["rows"] if r.get("cycles")]
+    configs = list(dict.fromkeys(r["config"] for r in rows_with))
+    by = {(r["id"], r["config"]): r["cycles"] for r in rows_with}
+    cores = {r["config"]: r["cycles"]["core"] for r in rows_with}
+    head = ["case (estimated cycles per unit)"] + [
+        f"{c if c == PORTABLE else 'VLEN ' + c[4:]} ({cores[c]})" for c in configs
+    ]
+    ids = list(dict.fromkeys(r["id"] for r in rows_with))
+    rows = [[i, *(_fmt(by[(i, c)]["per_unit"]) if (i, c) in by else "-" for c in configs)] for i in ids]
     return "\n".join(_table(head, rows))
 
 
@@ -113,6 +144,8 @@ def markdown(doc: dict) -> str:
                 "(extend); rvv-attn's are counted inside its library, torch's SDPA over the whole call.",
                 "## Raw instructions per unit",
                 summary_table(doc),
+                "## Estimated cycles per unit",
+                cycles_table(doc) if any(r.get("cycles") for r in doc["rows"]) else "(no cycle estimates in this run)",
                 "## Every figure",
                 doc["definitions"],
                 detail_table(doc),

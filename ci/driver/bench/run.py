@@ -14,11 +14,11 @@ from pathlib import Path
 
 from .. import build, cycles, host, plugin_qemu, steps
 from ..errors import DriverError
-from ..paths import BUILD_DIR, PROJECT_ROOT
+from ..paths import BUILD_DIR, PROJECT_ROOT, cache_root
 from ..proc import log
 from ..runner import staged_guest_env
-from ..vlens import Variant
-from .cases import Config, check_configs
+from ..vlens import Variant, by_vlen
+from .cases import NATIVE, PORTABLE, Config, check_configs
 from .figures import BASELINE_FILE, Row, document, guard, load_document, parse_regions, rows_for
 from .render import detail_table
 
@@ -47,12 +47,13 @@ class Runner:
     def guest_env(self) -> dict[str, str]:
         return staged_guest_env(self.stage)
 
-    def command(self, config: Config, cases_file: Path, outfile: Path) -> list[str]:
+    def command(self, config: Config, cases_file: Path, outfile: Path, blocks: Path | None = None) -> list[str]:
         cpu = Variant(config.vlen).qemu_cpu()
+        profile = f",blocks={blocks}" if blocks else ""
         return [
             str(self.qemu),
             "-plugin",
-            f"{self.plugin},outfile={outfile}",
+            f"{self.plugin},outfile={outfile}{profile}",
             "-L",
             str(self.sysroot),
             "-cpu",
@@ -68,10 +69,12 @@ class Runner:
         folder = self.work / config.name
         folder.mkdir(parents=True, exist_ok=True)
         cases_file, outfile, log_file = folder / "cases.json", folder / "regions.jsonl", folder / "guest.log"
+        blocks = folder / "blocks.jsonl"
         cases_file.write_text(json.dumps(guest_cases(config), indent=1))
         outfile.unlink(missing_ok=True)
+        blocks.unlink(missing_ok=True)
         started = time.monotonic()
-        cmd = self.command(config, cases_file, outfile)
+        cmd = self.command(config, cases_file, outfile, blocks)
         with log_file.open("w") as log:
             proc = subprocess.Popen(
                 cmd,
@@ -93,7 +96,30 @@ class Runner:
             tail = "".join(log_file.read_text().splitlines(keepends=True)[-20:])
             raise DriverError(f"{config.name}: the benchmark guest exited with {code}; log {log_file}:\n{tail}")
         rows = rows_for(config, parse_regions(outfile.read_text()))
+        estimate_cycles(rows, config, blocks.read_text() if blocks.exists() else "", cache_root() / "llvm-mca")
         return rows, time.monotonic() - started, usage.ru_utime + usage.ru_stime
+
+
+def estimate_cycles(rows: Sequence[Row], config: Config, profile_lines: str, cache_dir: Path) -> None:
+    """Each rvv-attn row's cycles on the scheduling model of its VLEN's core, from the block profile.
+
+    The portable build runs at the headline VLEN, so its rows get that VLEN's core too (scalar code on it).
+    """
+    core_name = by_vlen(config.vlen).cycle_model
+    if not core_name:
+        return
+    march = "rv64gc" if config.variant == PORTABLE else f"rv64gcv_zvl{config.vlen}b"
+    core = cycles.Core(core_name, cycles.mattr_for(march))
+    profiles = {int(p["label"]): p["blocks"] for p in map(json.loads, profile_lines.splitlines()) if p.get("blocks")}
+    cache = cycles.CostCache(cache_dir)
+    for label, row in enumerate(rows, 1):
+        if row.case.impl == NATIVE:
+            continue
+        if label not in profiles:
+            raise DriverError(f"{config.name}: no block profile for {row.case.id} (region {label})")
+        total = cycles.estimate(cycles.basic_blocks(profiles[label]), core, cache)
+        floor = row.case.fma_registers_per_unit(config.vlen) * cycles.fma_cycles(core)
+        row.set_cycles(core_name, total, floor if config.variant != PORTABLE else None)
 
 
 def run_all(
