@@ -10,7 +10,6 @@ it fails, not skips, without them.
 
 from __future__ import annotations
 
-import json
 import re
 import subprocess
 import sys
@@ -54,22 +53,8 @@ def _static(asm: list[str], core: cycles.Core, vtype: cycles.VType) -> tuple[flo
     holds of a unit, so it is not used).
     """
     source = "\n".join([*vtype.instruments(), *asm]) + "\n"
-    proc = subprocess.run(
-        [
-            cycles.LLVM_MCA,
-            "-mtriple=riscv64",
-            f"-mcpu={core.cpu}",
-            f"-mattr={core.mattr}",
-            "--json",
-            "--timeline=false",
-            "--resource-pressure=false",
-        ],
-        input=source,
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    region = json.loads(proc.stdout)["CodeRegions"][0]
+    report = cycles.mca_report(source, core, "--timeline=false", "--resource-pressure=false")
+    region = report["CodeRegions"][0]
     latency = max(i["Latency"] for i in region["InstructionInfoView"]["InstructionList"])
     return float(region["SummaryView"]["BlockRThroughput"]), float(latency)
 

@@ -196,28 +196,30 @@ class RegionCost:
     block_rthroughput: float
 
 
+def mca_report(source: str, core: Core, *options: str) -> dict:
+    """llvm-mca's JSON report of ``source`` for ``core`` (``options`` added to its command line)."""
+    cmd = [LLVM_MCA, "-mtriple=riscv64", f"-mcpu={core.cpu}", f"-mattr={core.mattr}", "--json", *options]
+    proc = subprocess.run(cmd, input=source, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise CommandFailed(cmd, proc.returncode, proc.stderr)
+    return json.loads(proc.stdout)
+
+
 def run_mca(source: str, core: Core, iterations: int = ITERATIONS) -> list[RegionCost]:
     """Every region of ``source`` through llvm-mca for ``core``: its steady-state cycles per iteration."""
     # A call's cost is its jump: the callee's instructions are blocks of their own (mca's default charges a call
     # 100 cycles of latency). A fence has no scheduling class in some models: it is timed as free, and is rare.
-    cmd = [
-        LLVM_MCA,
-        "-mtriple=riscv64",
-        f"-mcpu={core.cpu}",
-        f"-mattr={core.mattr}",
+    report = mca_report(
+        source,
+        core,
         f"-iterations={iterations}",
         "--call-latency=1",
         "--skip-unsupported-instructions=lack-sched",
-        "--json",
         "--resource-pressure=false",
         "--instruction-info=false",
-    ]
-    proc = subprocess.run(cmd, input=source, capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise CommandFailed(cmd, proc.returncode, proc.stderr)
-    regions = json.loads(proc.stdout)["CodeRegions"]
+    )
     costs = []
-    for region in regions:
+    for region in report["CodeRegions"]:
         summary = region["SummaryView"]
         costs.append(
             RegionCost(
@@ -299,19 +301,7 @@ def fma_cycles(core: Core) -> float:
     for lmul8, group in ((8, "v8"), (16, "v8"), (32, "v8"), (64, "v8")):
         vtype = VType(32, lmul8)
         source = "\n".join([*vtype.instruments(), f"vfmacc.vf {group}, fa0, v16"]) + "\n"
-        cmd = [
-            LLVM_MCA,
-            "-mtriple=riscv64",
-            f"-mcpu={core.cpu}",
-            f"-mattr={core.mattr}",
-            "--json",
-            "--timeline=false",
-            "--resource-pressure=false",
-            "--instruction-info=false",
-        ]
-        proc = subprocess.run(cmd, input=source, capture_output=True, text=True)
-        if proc.returncode != 0:
-            raise CommandFailed(cmd, proc.returncode, proc.stderr)
-        per_register = json.loads(proc.stdout)["CodeRegions"][0]["SummaryView"]["BlockRThroughput"] / (lmul8 // 8)
+        report = mca_report(source, core, "--timeline=false", "--resource-pressure=false", "--instruction-info=false")
+        per_register = report["CodeRegions"][0]["SummaryView"]["BlockRThroughput"] / (lmul8 // 8)
         best = per_register if best is None else min(best, per_register)
     return float(best)

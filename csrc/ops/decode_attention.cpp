@@ -215,12 +215,7 @@ void decode_attention(const char* op, const Int8KvArgs* int8, const at::Tensor& 
   p.logits_stride_b = attn_logits.stride(0);
   p.logits_stride_h = attn_logits.stride(1);
   p.logits_stride_s = attn_logits.stride(2);
-  const token_map::MapView map = maps.map();
-  p.req_to_token = map.data;
-  p.req_to_token_is_int64 = map.is_int64;
-  p.req_to_token_stride = map.row_stride;
-  p.req_pool_indices = maps.pool_indices();
-  p.kv_first = maps.first_columns();
+  maps.fill(p);
   p.kv_lens = maps.lengths();
   p.sm_scale = static_cast<float>(sm_scale);
   p.logit_cap = static_cast<float>(logit_cap);

@@ -371,12 +371,7 @@ void ops::extend_attention(const char* op, const ops::Int8KvArgs* int8, const at
   p.v_buffer = v_buffer.data_ptr();
   p.v_buffer_stride_t = v_buffer.stride(0);
   p.v_buffer_stride_h = v_buffer.stride(1);
-  const token_map::MapView map = maps.map();
-  p.req_to_token = map.data;
-  p.req_to_token_is_int64 = map.is_int64;
-  p.req_to_token_stride = map.row_stride;
-  p.req_pool_indices = maps.pool_indices();
-  p.kv_first = maps.first_columns();
+  maps.fill(p);
   p.prefix_lens = stage1.data_ptr<int64_t>();
   p.window = opts.window;
   p.cross = opts.cross;

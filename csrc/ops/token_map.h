@@ -52,6 +52,18 @@ struct CheckedTokenMaps {
   const int64_t* pool_indices() const { return req_pool_indices.data_ptr<int64_t>(); }
   const int64_t* first_columns() const { return firsts.data_ptr<int64_t>(); }
   const int64_t* lengths() const { return lens.data_ptr<int64_t>(); }
+
+  // The fields every paged operator's parameter struct (DecodeParams,
+  // ExtendParams) takes from the checked maps.
+  template <typename Params>
+  void fill(Params& p) const {
+    const MapView view = map();
+    p.req_to_token = view.data;
+    p.req_to_token_is_int64 = view.is_int64;
+    p.req_to_token_stride = view.row_stride;
+    p.req_pool_indices = pool_indices();
+    p.kv_first = first_columns();
+  }
 };
 
 // Every map entry the kernels will read, for column ranges the caller has
