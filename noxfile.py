@@ -32,7 +32,6 @@ from driver import (
     qemu,
     release,
     repro,
-    shards,
     steps,
     testrun,
     vlens,
@@ -117,30 +116,17 @@ def lint_session(session: nox.Session) -> None:
     lint.run_all(PROJECT_ROOT, Path(session.bin))
 
 
-def _test_vlen(session: nox.Session, variant: vlens.Variant, agnostic: bool) -> None:
-    jobs, pytest_args = shards.take_jobs(session.posargs, matrix.default_jobs())
-    qemu_bin, root = steps.toolchain()
-    stage = steps.stage_for(session, root, [variant])
-    label = f"test-{variant.name}" + ("-agnostic" if agnostic else "")
-    code, outcome = testrun.run_emulated_pytest(
-        qemu_bin, root, stage, variant, pytest_args or ["tests"], agnostic_ones=agnostic, label=label, jobs=jobs
-    )
-    testrun.print_summary(label, code, outcome)
-    if code != 0:
-        session.error(f"{label}: pytest exited with {code}; JUnit XML and summary in {testrun.results_dir(label)}")
-
-
 def _register_vlen_sessions(variant: vlens.Variant) -> None:
     docs = steps.vlen_session_docs(variant, portable_lane=variant.vlen == vlens.portable_lane())
 
     # `nox -t test` runs this configuration in test-emulated, beside the others; this session is for one VLEN.
     @_session(name=f"test-{variant.name}", timed=True, doc=docs["test"])
     def test(session: nox.Session) -> None:
-        _test_vlen(session, variant, agnostic=False)
+        steps.emulated_suite(session, variant, False, session.posargs)
 
     @_session(name=f"test-{variant.name}-agnostic", tags=["agnostic"], default=False, timed=True, doc=docs["agnostic"])
     def test_agnostic(session: nox.Session) -> None:
-        _test_vlen(session, variant, agnostic=True)
+        steps.emulated_suite(session, variant, True, session.posargs)
 
     @_session(name=f"shell-{variant.name}", default=False, doc=docs["shell"])
     def shell(session: nox.Session) -> None:

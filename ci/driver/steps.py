@@ -9,11 +9,12 @@ session.
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-from . import build, host, qemu, release, sysroot, testrun
+from . import build, host, qemu, release, shards, sysroot, testrun
 from .errors import DriverError
 from .paths import BUILD_DIR
 from .proc import Stopwatch, log
@@ -166,6 +167,20 @@ def pytest_in_session(session: Session, label: str, args: Sequence[str], env: di
         code = 0 if outcome and outcome.ok else 1
         testrun.write_summary(label, code, outcome)
         testrun.print_summary(label, code, outcome)
+
+
+def emulated_suite(session: Session, variant: Variant, agnostic: bool, posargs: Sequence[str]) -> None:
+    """A test-vlenN[-agnostic] session: the suite under QEMU at ``variant``'s VLEN, split over the cores."""
+    jobs, pytest_args = shards.take_jobs(posargs, os.cpu_count() or 1)
+    qemu_bin, root = toolchain()
+    stage = stage_for(session, root, [variant])
+    label = f"test-{variant.name}" + ("-agnostic" if agnostic else "")
+    code, outcome = testrun.run_emulated_pytest(
+        qemu_bin, root, stage, variant, pytest_args or ["tests"], agnostic_ones=agnostic, label=label, jobs=jobs
+    )
+    testrun.print_summary(label, code, outcome)
+    if code != 0:
+        session.error(f"{label}: pytest exited with {code}; JUnit XML and summary in {testrun.results_dir(label)}")
 
 
 def release_artefacts(session: Session, root: Path, dist: Path = release.DIST_DIR) -> Path:

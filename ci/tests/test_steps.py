@@ -143,3 +143,25 @@ def test_warm_without_options_lists_and_with_stop_stops(monkeypatch):
     lines.clear()
     warm.run_session(["--stop"], report=lines.append)
     assert lines == ["no warm target was running"]
+
+
+def test_an_emulated_suite_refuses_a_bad_job_count_before_it_builds_anything(session, monkeypatch):
+    monkeypatch.setattr(steps, "toolchain", lambda: pytest.fail("the toolchain must not be touched"))
+    with pytest.raises(ConfigError, match="--jobs=0"):
+        steps.emulated_suite(session, vlens.by_vlen(256), False, ["--jobs=0", "tests"])
+
+
+def test_an_emulated_suite_hands_its_job_count_and_pytest_arguments_on(session, tmp_path, monkeypatch):
+    seen = {}
+    monkeypatch.setattr(steps, "toolchain", lambda: (tmp_path / "qemu", tmp_path / "root"))
+    monkeypatch.setattr(steps, "stage_for", lambda *a: tmp_path / "stage")
+
+    def run(qemu, root, stage, variant, args, agnostic_ones, label, jobs):
+        seen.update(args=args, label=label, jobs=jobs, agnostic=agnostic_ones)
+        return 0, None
+
+    monkeypatch.setattr(steps.testrun, "run_emulated_pytest", run)
+    steps.emulated_suite(session, vlens.by_vlen(512), True, ["--jobs=3", "tests/test_mla.py", "-x"])
+    assert seen == {"args": ["tests/test_mla.py", "-x"], "label": "test-vlen512-agnostic", "jobs": 3, "agnostic": True}
+    steps.emulated_suite(session, vlens.by_vlen(512), False, [])
+    assert seen["args"] == ["tests"] and seen["label"] == "test-vlen512" and seen["jobs"] >= 1
