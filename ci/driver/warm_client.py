@@ -3,7 +3,7 @@
 Usage: ``python warm_client.py <socket> <label> <args>...``. Runs on the host
 (standard library only, so any host Python can run it as a command). The
 request carries this process's stdin/stdout/stderr, working directory and
-environment; the exit status is the guest's. A guest killed by a signal
+environment and signal mask; the exit status is the guest's. A guest killed by a signal
 (a kernel fault: SIGSEGV, SIGILL, SIGBUS, ...) is reported, and this process
 then dies of the same signal, so the caller sees what it sees from a cold
 ``qemu-riscv64`` (a negative return code in Python, 128+N in a shell).
@@ -60,7 +60,11 @@ def main(argv: list[str]) -> int:
     # Installed before the request goes out, so no Ctrl-C falls between the two.
     for sig in FORWARDED:
         signal.signal(sig, forward)
-    send_message(conn, {"op": "run", "argv": args, "env": dict(os.environ), "cwd": os.getcwd()}, [0, 1, 2])
+    # The caller's blocked signals go along: a cold interpreter would inherit them, while the
+    # server's own mask is whatever its launcher had.
+    blocked = sorted(int(sig) for sig in signal.pthread_sigmask(signal.SIG_BLOCK, []))
+    request = {"op": "run", "argv": args, "env": dict(os.environ), "cwd": os.getcwd(), "blocked_signals": blocked}
+    send_message(conn, request, [0, 1, 2])
     started, _ = receive_message(conn)
     if not started or "started" not in started:
         print(f"[rvv-attn] warm target {label} refused the request: {started}", file=sys.stderr)

@@ -180,6 +180,7 @@ def serve_request(request: dict, fds: list[int], base_path: list[str]) -> None:
         for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGHUP):
             signal.signal(sig, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.pthread_sigmask(signal.SIG_SETMASK, request.get("blocked_signals", []))
         os.chdir(request["cwd"])
         os.environ.clear()
         os.environ.update(request["env"])

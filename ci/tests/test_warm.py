@@ -170,12 +170,34 @@ def test_a_crash_is_that_requests_signal_and_the_target_keeps_serving(server, fa
 def test_ctrl_c_reaches_the_request(server, fake_root, tmp_path):
     warm_dir, env, _ = server
     cmd = warm.route(_cold(fake_root, "-c", "import time; print('up', flush=True); time.sleep(60)"), env, warm_dir)
-    client = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # A terminal's Ctrl-C needs SIGINT deliverable; the process running this test may block it.
+    client = subprocess.Popen(
+        cmd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT}),
+    )
     assert client.stdout.readline() == "up\n"
     client.send_signal(signal.SIGINT)
     _out, err = client.communicate(timeout=30)
     # As CPython: the KeyboardInterrupt traceback, then death by SIGINT.
     assert client.returncode == -signal.SIGINT and "KeyboardInterrupt" in err
+
+
+def test_the_request_has_the_callers_signal_mask(server, fake_root, tmp_path):
+    warm_dir, env, _ = server
+    code = "import signal; print(sorted(int(s) for s in signal.pthread_sigmask(signal.SIG_BLOCK, [])))"
+    done = subprocess.run(
+        warm.route(_cold(fake_root, "-c", code), env, warm_dir),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        preexec_fn=lambda: signal.pthread_sigmask(signal.SIG_SETMASK, {signal.SIGUSR1}),
+    )
+    assert done.stdout == f"[{int(signal.SIGUSR1)}]\n", done.stderr
 
 
 def test_stdout_is_block_buffered_into_a_pipe_and_stderr_line_buffered(server, fake_root, tmp_path):
