@@ -116,6 +116,8 @@ def test_rows_take_library_counts_for_kernels_and_whole_region_less_marks_for_to
     assert rows[0].per_unit["raw"] == round(170 / (1024 * 8), 3)
     assert rows[0].lower_bound == 176
     assert rows[1].counts["raw"] == 3 * 170 - 30 and rows[1].lower_bound is None
+    # What the kernel's call ran outside the library: the whole region less the library less the marks.
+    assert rows[0].outside_per_call == 3 * 170 - 170 - 30 and rows[1].outside_per_call is None
 
 
 def test_plugin_errors_and_missing_regions_fail_the_run():
@@ -312,3 +314,13 @@ def test_the_cycles_table_names_each_configurations_core():
     table = render.cycles_table({"rows": [row.as_json()]})
     assert "VLEN 256 (spacemit-x60)" in table.splitlines()[0]
     assert "| decode bf16 B=1 seq=1024 | 412.0 |" in table
+
+
+def test_the_guard_compares_instructions_outside_the_library_per_call():
+    base, grown = _doc(), _doc()
+    base["rows"][0]["outside_per_call"] = 20_000
+    grown["rows"][0]["outside_per_call"] = 25_000  # e.g. a libm call per token came back
+    regressions, _, _ = figures.compare(base, grown)
+    assert len(regressions) == 1 and "outside the library per call 20000 -> 25000" in regressions[0]
+    # A baseline from before the figure: nothing to compare it with.
+    assert figures.compare(_doc(), grown) == ([], [], [])

@@ -210,12 +210,16 @@ inline float exp_scalar(float x) {
   if (x != x) return x;
   if (x < kExpLo) return 0.0f;
   if (x > kExpHi) return std::numeric_limits<float>::infinity();
-  const float nf = std::nearbyint(x * kLog2e);
+  // Rounds to nearest even as nearbyint does (the default rounding mode), but
+  // clang makes rint + int conversion one fcvt.w.s where nearbyint is a libm
+  // call: decode runs this once per KV block and head, thousands of times.
+  const int32_t n = static_cast<int32_t>(std::rint(x * kLog2e));
+  const float nf = static_cast<float>(n);
   float r = std::fma(-nf, kLn2Hi, x);
   r = std::fma(-nf, kLn2Lo, r);
   float p = kExpC[7];
   for (int k = 6; k >= 0; --k) p = std::fma(p, r, kExpC[k]);
-  return p * bits_f32(static_cast<uint32_t>(static_cast<int32_t>(nf) + 127) << 23);
+  return p * bits_f32(static_cast<uint32_t>(n + 127) << 23);
 }
 
 inline float tanh_scalar(float y) {

@@ -22,6 +22,10 @@ Figures (each per unit): ``raw`` instructions retired; ``scalar``; ``vector``
 equivalents: each instruction weighted by its register-group size, vset* 1);
 ``lmul1`` (scalar + vector_lmul1); ``lower_bound`` (see ``lower_bound``).
 
+``outside_per_call`` (rvv-attn rows): raw instructions the call ran between the marks outside its library
+(torch's dispatcher, and libc/libm functions the kernels call), less an empty pair of marks; a figure that
+grows with the sequence means per-token work has left the library and is neither counted nor estimated.
+
 ``cycles`` (rvv-attn rows): the call's cycles estimated with LLVM's scheduling model of the core of its
 VLEN (toolchains/vlens.json ``cycle_model``; ci/driver/cycles.py says what the model leaves out), per unit;
 ``fma_floor``, the cycles its float32 FMAs alone need on that core at its cheapest LMUL, and the estimate's
@@ -126,6 +130,12 @@ def measured_counts(case: Case, region: dict, empty: dict) -> dict[str, int]:
     return _totals(region["lib"])
 
 
+def outside_library(region: dict, empty: dict) -> int:
+    """Instructions a call of rvv-attn ran between the marks but outside its library: torch's dispatcher
+    and whatever the kernels called in libc or libm (less the marks' own, an empty pair's count)."""
+    return _totals(region["all"])["raw"] - _totals(region["lib"])["raw"] - _totals(empty["all"])["raw"]
+
+
 @dataclass
 class Row:
     config: str
@@ -136,6 +146,7 @@ class Row:
     per_unit: dict[str, float] = field(default_factory=dict)
     lower_bound: float | None = None
     cycles: dict | None = None
+    outside_per_call: int | None = None
 
     def __post_init__(self) -> None:
         units = self.case.units()
@@ -173,6 +184,7 @@ class Row:
             "per_unit": self.per_unit,
             "lower_bound": self.lower_bound,
             "cycles": self.cycles,
+            "outside_per_call": self.outside_per_call,
         }
 
 
@@ -190,6 +202,9 @@ def rows_for(config: Config, regions: dict[int, dict], empty_label: int = 0) -> 
                 config.vlen,
                 case,
                 measured_counts(case, regions[label], regions[empty_label]),
+                outside_per_call=None
+                if case.impl == NATIVE
+                else outside_library(regions[label], regions[empty_label]),  # one call per region
             )
         )
     return rows
@@ -217,6 +232,10 @@ def compare(baseline: dict, current: dict, tolerance: float = TOLERANCE) -> tupl
         # Cycles on the same core, once both sides have them (a baseline from before the cycle model has none).
         if (old.get("cycles") or {}).get("core") and old["cycles"]["core"] == (row.get("cycles") or {}).get("core"):
             pairs.append((f"{old['cycles']['core']} cycles", old["cycles"]["per_unit"], row["cycles"]["per_unit"]))
+        # Per call, not per unit: work outside the library should not grow with the sequence at all.
+        if old.get("outside_per_call") is not None and row.get("outside_per_call") is not None:
+            outside = "instructions outside the library per call"
+            pairs.append((outside, old["outside_per_call"], row["outside_per_call"]))
         for fig, before, after in pairs:
             if after > before * (1 + tolerance) and after > before:
                 regressions.append(f"{row['key']}: {fig} {before:g} -> {after:g} per unit (+{_pct(before, after)})")

@@ -76,6 +76,7 @@ def detail_table(doc: dict, vlen: int | None = None) -> str:
         "FMA floor",
         "cycles / floor",
         "KV bytes",
+        "outside the library per call",
     ]
     rows = []
     for r in doc["rows"]:
@@ -97,6 +98,7 @@ def detail_table(doc: dict, vlen: int | None = None) -> str:
                 _fmt(lb),
                 ratio,
                 *_cycle_cells(r.get("cycles")),
+                _fmt(r.get("outside_per_call")),
             ]
         )
     return "\n".join(_table(head, rows))
@@ -155,61 +157,83 @@ def markdown(doc: dict) -> str:
     )
 
 
-def plot(doc: dict, path: Path) -> None:
-    """Raw instructions per unit vs VLEN, one line per operator and dtype (headline shapes), bounds dashed."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+def _headline_rows(doc: dict, op: str, dtype: str) -> list[dict]:
     headline = {
         c.id
         for c in kernel_cases()
         if (c.op == "decode" and c.batch == 1 and c.seq == 4096) or (c.op == "extend" and c.prefix == 1024)
     }
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.5))
-    for ax, op in zip(axes, ("decode", "extend")):
-        for dtype in DTYPES:
-            rows = sorted(
-                (
-                    r
-                    for r in doc["rows"]
-                    if r["case"]["op"] == op
-                    and r["case"]["dtype"] == dtype
-                    and r["id"] in headline
-                    and r["variant"] != PORTABLE
-                ),
-                key=lambda r: r["vlen"],
-            )
-            if not rows:
-                continue
-            (line,) = ax.plot(
-                [r["vlen"] for r in rows], [r["per_unit"]["raw"] for r in rows], "o-", label=f"rvv-attn {dtype}"
-            )
-            ax.plot(
-                [r["vlen"] for r in rows],
-                [r["lower_bound"] for r in rows],
-                "--",
-                color=line.get_color(),
-                label=f"lower bound {dtype}",
-            )
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
-        ax.set_xticks([v.vlen for v in variants()], [str(v.vlen) for v in variants()])
-        ax.set_xlabel("VLEN (bits)")
+    return sorted(
+        (
+            r
+            for r in doc["rows"]
+            if r["case"]["op"] == op
+            and r["case"]["dtype"] == dtype
+            and r["id"] in headline
+            and r["variant"] != PORTABLE
+        ),
+        key=lambda r: r["vlen"],
+    )
+
+
+def plot(doc: dict, path: Path) -> None:
+    """Per unit vs VLEN, one line per operator and dtype (headline shapes): raw instructions with their
+    bound dashed (top), estimated cycles on each VLEN's core with the FMA floor dotted (bottom)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, grid = plt.subplots(2, 2, figsize=(11, 8.5))
+    for column, op in enumerate(("decode", "extend")):
         unit = "per KV token per KV head" if op == "decode" else "per query-key pair per query head"
-        ax.set_ylabel(f"instructions {unit}")
         shape = "B=1, 4096 tokens" if op == "decode" else "prefix 1024 + 256 new, causal"
-        ax.set_title(f"{op} ({shape})")
-        ax.grid(True, which="both", alpha=0.3)
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize=7)
-        else:
-            ax.text(0.5, 0.5, "not in this run", ha="center", transform=ax.transAxes)
-    fig.suptitle("rvv-attn: instructions retired (raw); lower bound in LMUL-1 equivalents, dashed")
+        for kind, ax in zip(("instructions", "cycles"), grid[:, column]):
+            for dtype in DTYPES:
+                rows = _headline_rows(doc, op, dtype)
+                if kind == "cycles":
+                    rows = [r for r in rows if r.get("cycles")]
+                if not rows:
+                    continue
+                x = [r["vlen"] for r in rows]
+                if kind == "instructions":
+                    measured, bound, style = (
+                        [r["per_unit"]["raw"] for r in rows],
+                        [r["lower_bound"] for r in rows],
+                        "--",
+                    )
+                    bound_label = f"lower bound {dtype}"
+                else:
+                    measured = [r["cycles"]["per_unit"] for r in rows]
+                    bound, style, bound_label = [r["cycles"]["fma_floor"] for r in rows], ":", f"FMA floor {dtype}"
+                (line,) = ax.plot(x, measured, "o-", label=f"rvv-attn {dtype}")
+                ax.plot(x, bound, style, color=line.get_color(), label=bound_label)
+            ax.set_xscale("log", base=2)
+            ax.set_yscale("log")
+            ax.set_xticks([v.vlen for v in variants()], [str(v.vlen) for v in variants()])
+            ax.set_xlabel("VLEN (bits)" if kind == "instructions" else "VLEN (bits); each on its core model")
+            ax.set_ylabel(f"{'instructions' if kind == 'instructions' else 'estimated cycles'} {unit}")
+            ax.set_title(f"{op} ({shape}): {kind}")
+            ax.grid(True, which="both", alpha=0.3)
+            if ax.get_legend_handles_labels()[0]:
+                ax.legend(fontsize=7)
+            else:
+                ax.text(0.5, 0.5, "not in this run", ha="center", transform=ax.transAxes)
+    cores = ", ".join(f"{v.vlen}: {core}" for v in variants() if (core := _core_of(doc, v.vlen)) is not None)
+    fig.suptitle(
+        "rvv-attn: instructions retired (raw; bound in LMUL-1 equivalents, dashed)\n"
+        f"and cycles estimated by llvm-mca ({cores or 'no estimates in this run'}; FMA floor dotted)"
+    )
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def _core_of(doc: dict, vlen: int) -> str | None:
+    for r in doc["rows"]:
+        if r["vlen"] == vlen and r["variant"] != PORTABLE and r.get("cycles"):
+            return r["cycles"]["core"]
+    return None
 
 
 def docs_section(doc: dict) -> str:
