@@ -33,7 +33,9 @@ def build_tools_present(venv_bin: Path) -> bool:
     return all((venv_bin / program).exists() for program in BUILD_TOOL_PROGRAMS)
 
 
-def host_install_args(build_dir: Path = BUILD_DIR / "host", extra_cmake: Sequence[str] = ()) -> list[str]:
+def host_install_args(
+    build_dir: Path = BUILD_DIR / "host", extra_cmake: Sequence[str] = (), launcher: str | None = None
+) -> list[str]:
     """``pip install`` arguments for the portable host build (incremental in ``build_dir``).
 
     clang-19 is the host compiler too: the same compiler everywhere, and no
@@ -49,6 +51,8 @@ def host_install_args(build_dir: Path = BUILD_DIR / "host", extra_cmake: Sequenc
         "-C",
         "cmake.define.CMAKE_CXX_COMPILER=clang++-19",
     ]
+    if launcher:
+        args += ["-C", f"cmake.define.CMAKE_CXX_COMPILER_LAUNCHER={launcher}"]
     for define in extra_cmake:
         args += ["-C", f"cmake.define.{define}"]
     return args + [str(PROJECT_ROOT)]

@@ -135,9 +135,17 @@ def host_build(
 ) -> None:
     """Install ``requirements`` (the host's torch, the test tools), then build and install the portable kernels."""
     host.ensure_host_packages()
+    host.ensure_host_packages(build.COMPILER_CACHE_PACKAGES)
     session.install(*requirements, *build.BUILD_REQUIREMENTS)
     with Stopwatch("building the portable kernels for the host (incremental)"):
-        session.run("python", "-m", "pip", *build.host_install_args(build_dir, list(defines)), silent=True)
+        session.run(
+            "python",
+            "-m",
+            "pip",
+            *build.host_install_args(build_dir, list(defines), launcher="ccache"),
+            silent=True,
+            env=build.compiler_cache_env(),
+        )
 
 
 def sanitizer_env(session: Session) -> dict[str, str]:

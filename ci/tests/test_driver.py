@@ -259,6 +259,14 @@ def test_cross_wheel_args_use_the_toolchain_file_and_table_vlens():
     assert "cmake.define.RVV_ATTN_SYSROOT=/sys" in joined
 
 
+def test_host_builds_use_clang19_and_optionally_the_compiler_cache():
+    plain = build.host_install_args(Path("/b"), ["X=1"])
+    assert "cmake.define.CMAKE_CXX_COMPILER=clang++-19" in plain and "cmake.define.X=1" in plain
+    assert not any("LAUNCHER" in a for a in plain)
+    cached = build.host_install_args(Path("/b"), launcher="ccache")
+    assert "cmake.define.CMAKE_CXX_COMPILER_LAUNCHER=ccache" in cached and cached[-1] == str(build.PROJECT_ROOT)
+
+
 def test_only_the_portable_lane_runs_the_portable_build_under_qemu(tmp_path, monkeypatch):
     monkeypatch.setattr(testrun, "BUILD_DIR", tmp_path)
     (tmp_path / "usr/bin").mkdir(parents=True)
