@@ -109,9 +109,13 @@ def sync_sdist(sdist: Path, dest: Path) -> Path:
     return top
 
 
-def wheel_from_sdist_args(sysroot: Path, source: Path, out_dir: Path = RAW_WHEEL_DIR) -> list[str]:
+def wheel_from_sdist_args(
+    sysroot: Path, source: Path, out_dir: Path = RAW_WHEEL_DIR, launcher: str | None = None
+) -> list[str]:
     """``pip wheel`` arguments for the release wheel (portable + every VLEN) from the unpacked sdist ``source``."""
-    return cross_wheel_args(sysroot, out_dir, variants(), build_dir=BUILD_DIR / "riscv64-release", source=source)
+    return cross_wheel_args(
+        sysroot, out_dir, variants(), build_dir=BUILD_DIR / "riscv64-release", launcher=launcher, source=source
+    )
 
 
 def auditwheel_repair_args(wheel: Path, out_dir: Path) -> list[str]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, Protocol
@@ -200,8 +201,18 @@ def release_artefacts(session: Session, root: Path, dist: Path = release.DIST_DI
     sdist = release.release_sdist(dist)
     source = release.sync_sdist(sdist, release.SOURCE_DIR)
     raw = release.reset_dir(release.RAW_WHEEL_DIR)
+    # Through ccache where the machine has it (every test session installs it): the cache only returns
+    # what the same compiler made of the same preprocessed source and flags.
+    launcher = "ccache" if shutil.which("ccache") else None
     with Stopwatch(f"cross-building the wheel from {sdist.name} (portable + every VLEN variant)"):
-        session.run("python", "-m", "pip", *release.wheel_from_sdist_args(root, source, raw), silent=True)
+        session.run(
+            "python",
+            "-m",
+            "pip",
+            *release.wheel_from_sdist_args(root, source, raw, launcher=launcher),
+            silent=True,
+            env=build.compiler_cache_env(source),
+        )
     session.run("auditwheel", "show", str(build.newest_wheel(raw)))
     session.run("auditwheel", *release.auditwheel_repair_args(build.newest_wheel(raw), dist))
     wheel, sdist = release.checked_artefacts(dist)
