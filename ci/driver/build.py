@@ -33,6 +33,11 @@ def build_tools_present(venv_bin: Path) -> bool:
     return all((venv_bin / program).exists() for program in BUILD_TOOL_PROGRAMS)
 
 
+def _launcher_define(launcher: str | None) -> list[str]:
+    """The compiler launcher (ccache) as a scikit-build-core CMake define, or nothing."""
+    return ["-C", f"cmake.define.CMAKE_CXX_COMPILER_LAUNCHER={launcher}"] if launcher else []
+
+
 def host_install_args(
     build_dir: Path = BUILD_DIR / "host", extra_cmake: Sequence[str] = (), launcher: str | None = None
 ) -> list[str]:
@@ -51,8 +56,7 @@ def host_install_args(
         "-C",
         "cmake.define.CMAKE_CXX_COMPILER=clang++-19",
     ]
-    if launcher:
-        args += ["-C", f"cmake.define.CMAKE_CXX_COMPILER_LAUNCHER={launcher}"]
+    args += _launcher_define(launcher)
     for define in extra_cmake:
         args += ["-C", f"cmake.define.{define}"]
     return args + [str(PROJECT_ROOT)]
@@ -70,7 +74,7 @@ def cross_wheel_args(
     """``pip wheel`` arguments for the riscv64 wheel holding ``variants`` and the portable build, from ``source``
     (the checkout, or for a release the unpacked sdist)."""
     vlens = ";".join(str(v.vlen) for v in variants)
-    cache = ["-C", f"cmake.define.CMAKE_CXX_COMPILER_LAUNCHER={launcher}"] if launcher else []
+    cache = _launcher_define(launcher)
     return [
         "wheel",
         "--no-build-isolation",

@@ -135,8 +135,7 @@ def host_build(
     session: Session, requirements: Sequence[str], build_dir: Path = BUILD_DIR / "host", defines: Sequence[str] = ()
 ) -> None:
     """Install ``requirements`` (the host's torch, the test tools), then build and install the portable kernels."""
-    host.ensure_host_packages()
-    host.ensure_host_packages(build.COMPILER_CACHE_PACKAGES)
+    host.ensure_host_packages({**host.HOST_PACKAGES, **build.COMPILER_CACHE_PACKAGES})  # one apt run
     session.install(*requirements, *build.BUILD_REQUIREMENTS)
     with Stopwatch("building the portable kernels for the host (incremental)"):
         session.run(

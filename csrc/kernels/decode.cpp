@@ -59,17 +59,6 @@ inline void split_range(int64_t len, int64_t splits, int64_t s, int64_t* begin, 
   *end = *begin + per < len ? *begin + per : len;
 }
 
-// Vector stores rather than memset: a libc call would run outside the
-// library, where neither the instruction counts nor the cycle estimate see it.
-inline void zero_floats(float* p, int64_t n) {
-  const VF zero = vec::zeros();
-  for (int64_t c = 0; c < n;) {
-    const size_t vl = vec::setvl(static_cast<size_t>(n - c));
-    vec::store(p + c, zero, vl);
-    c += static_cast<int64_t>(vl);
-  }
-}
-
 inline float* logits_row(const DecodeParams& p, int64_t b, int64_t h, int64_t s) {
   return p.attn_logits + b * p.logits_stride_b + h * p.logits_stride_h + s * p.logits_stride_s;
 }
@@ -248,7 +237,7 @@ struct Decode {
       // log(0): the merge skips it; zeros keep the buffer free of garbage.
       for (int64_t g = 0; g < group; ++g) {
         float* out = logits_row(p, b, h0 + g, s);
-        zero_floats(out, d_v);
+        vec::fill_zero(out, d_v);
         out[d_v] = kNegInf;
       }
       return;
@@ -270,7 +259,7 @@ struct Decode {
       sc.m[g] = kNegInf;
       sc.l[g] = 0.0f;
     }
-    zero_floats(sc.acc, group * d_v);
+    vec::fill_zero(sc.acc, group * d_v);
 
     const int64_t esz = static_cast<int64_t>(sizeof(KvElem));
     const bool map64 = p.req_to_token_is_int64;

@@ -411,14 +411,6 @@ void store_row_scaled(typename Tr::Elem* dst, const float* src, int64_t n, float
   }
 }
 
-void fill_zero(float* dst, int64_t n) {
-  for (int64_t c = 0; c < n;) {
-    const size_t vl = vec::setvl(static_cast<size_t>(n - c));
-    vec::store(dst + c, vec::zeros(), vl);
-    c += static_cast<int64_t>(vl);
-  }
-}
-
 // ---- one work item -------------------------------------------------------------
 
 struct Item {
@@ -504,7 +496,7 @@ void attend_block(const Item& it, const Src& src, int64_t k0, int64_t nb, int64_
         if (first >= n) {
           n = 0;
         } else {
-          fill_zero(w.s + r * BN, first);
+          vec::fill_zero(w.s + r * BN, first);
         }
       }
     }
@@ -584,7 +576,7 @@ void run_item(const rvv_attn::ExtendParams& p, const Scratch& w, int64_t b, int6
     load_row_scaled_transposed<Tr>(w.q + r, q + r * p.q_stride_t, D, q_scale);
     w.m[r] = -std::numeric_limits<float>::infinity();
     w.l[r] = 0.f;
-    fill_zero(w.acc + r * Dv, Dv);
+    vec::fill_zero(w.acc + r * Dv, Dv);
   }
   const Item it{&p, w, rows, k_dyn, v_dyn, hkv, k_const, v_const};
 
