@@ -317,7 +317,7 @@ struct Decode {
           const float m_old = sc.m[g];
           const float block_max = vec::reduce_max(score, n);
           const float m_new = block_max > m_old ? block_max : m_old;
-          const VF prob = vec::exp(vec::sub(score, m_new, n), n);
+          const VF prob = vec::exp_nonpositive(vec::sub(score, m_new, n), n);  // score <= m_new, or NaN
           // m_old = -inf on the first block: nothing accumulated yet to rescale.
           const float alpha = m_old == kNegInf ? 0.0f : vec::exp_scalar(m_old - m_new);
           sc.l[g] = sc.l[g] * alpha + vec::reduce_sum(prob, n);

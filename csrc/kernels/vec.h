@@ -208,6 +208,9 @@ constexpr float kTanhC[5] = {-0.3333332659006102f, 0.13332954240019546f, -0.0538
                              -0.00663946699695033f};
 
 inline float exp_scalar(float x) {
+  // The online softmax's rescale exp(m_old - m_new) is exp(0) on most blocks
+  // (the running max seldom moves): 1, exactly what the polynomial gives.
+  if (x == 0.0f) return 1.0f;
   if (x != x) return x;
   if (x < kExpLo) return 0.0f;
   if (x > kExpHi) return std::numeric_limits<float>::infinity();
