@@ -156,8 +156,10 @@ def test_emulated(session: nox.Session) -> None:
 
     Each configuration runs as in its test-vlenN[-agnostic] session, in its own process, log and JUnit XML
     (build/results/test-<configuration>/); the tests marked variant_independent run in one of them only
-    (variant_independent_lane in toolchains/vlens.json). Options before the pytest arguments: --jobs=N (default:
-    the number of cores), --configs=vlen128,vlen1024-agnostic.
+    (variant_independent_lane in toolchains/vlens.json). Beside them, one more process runs sanitize,
+    install-test-quick and bench-check (nox -s ...). Options before the pytest arguments: --jobs=N (default: the
+    number of cores), --configs=vlen128,vlen1024-agnostic, --beside=none (the default with --configs or pytest
+    arguments) or --beside=sanitize,bench-check.
     """
     opts = matrix.parse_posargs(session.posargs)
     qemu_bin, root = steps.toolchain()
@@ -170,14 +172,15 @@ def test_emulated(session: nox.Session) -> None:
     )
     log(repro.warm_report(opts.configs))
     started = time.monotonic()
-    results = matrix.run(opts.configs, matrix.command_factory(qemu_bin, root, stage, opts.pytest_args), jobs, log)
-    print("\n".join(["", *matrix.report_lines(results, time.monotonic() - started, jobs)]), flush=True)
-    failed = [matrix.label(r.config) for r in results if not matrix.ok(r)]
+    with steps.sessions_beside(opts.beside) as beside:
+        results = matrix.run(opts.configs, matrix.command_factory(qemu_bin, root, stage, opts.pytest_args), jobs, log)
+        print("\n".join(["", *matrix.report_lines(results, time.monotonic() - started, jobs)]), flush=True)
+    failed = [matrix.label(r.config) for r in results if not matrix.ok(r)] + [*beside.sessions] * beside.failed
     if failed:
         session.error(f"failed: {', '.join(failed)} (failing tests above)")
 
 
-@_session(tags=["test"], default=False, timed=True)
+@_session(default=False, timed=True)
 def sanitize(session: nox.Session) -> None:
     """Run the suite on the host against an AddressSanitizer + UBSan build of the portable kernels."""
     host.ensure_host_packages(host.SANITIZER_PACKAGES)
@@ -239,7 +242,7 @@ def install_test_all(session: nox.Session) -> None:
     install_test.run_session(session, [(c, tuple(pytest_args) or ("tests",)) for c in opts.configs], opts.wheel)
 
 
-@_session(name="install-test-quick", tags=["test"], default=False, timed=True)
+@_session(name="install-test-quick", default=False, timed=True)
 def install_test_quick(session: nox.Session) -> None:
     """The install test's share of `nox -t test`: every operator without V, the runtime checks at one VLEN."""
     install_test.run_session(session, install_test.quick_plan(), None)
@@ -274,7 +277,7 @@ def bench_session(session: nox.Session) -> None:
         figures.guard(figures.load_document(figures.BASELINE_FILE), doc, require_every_row=False, report=log)
 
 
-@_session(name="bench-check", tags=["test"], default=False, timed=True)
+@_session(name="bench-check", default=False, timed=True)
 def bench_check(session: nox.Session) -> None:
     """Check the instruction-count plugin on a known loop, and one decode and one extend shape against the baseline."""
     runner = bench_run.prepare(session)

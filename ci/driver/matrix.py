@@ -7,6 +7,11 @@ at a time on a 2-core machine, the longest first. The tests marked
 variant_independent (no kernel reachable, checked by the suite) run in one
 configuration only (``vlens.variant_independent_lane``); every other test runs
 in all of them. One report at the end names each failing configuration and test.
+
+The host-side sessions of `nox -t test` (``BESIDE``) run beside the pool as
+one more process: on 2 cores they fill the gaps the emulated configurations
+leave instead of running after them, each with its own sessions' output in
+build/results/test-emulated/beside.log, printed when they end.
 """
 
 from __future__ import annotations
@@ -43,17 +48,25 @@ def selection_env(config: Config) -> dict[str, str]:
     return {"RVV_ATTN_VARIANT_INDEPENDENT": "run" if runs_variant_independent(config) else "deselect"}
 
 
+# The sessions of `nox -t test` that test-emulated runs beside its configurations (in this order).
+BESIDE = ("sanitize", "install-test-quick", "bench-check")
+
+
 @dataclass
 class Options:
     jobs: int = 0  # 0: one per core
     configs: list[Config] = field(default_factory=configurations)
     pytest_args: list[str] = field(default_factory=lambda: ["tests"])
+    beside: tuple[str, ...] = BESIDE
 
 
 def parse_posargs(posargs: Sequence[str]) -> Options:
-    """``--jobs=N``, ``--configs=vlen128,vlen1024-agnostic``; anything else goes to pytest (default: tests)."""
+    """``--jobs=N``, ``--configs=vlen128,vlen1024-agnostic``, ``--beside=none|sanitize,...``; anything else goes
+    to pytest (default: tests). Chosen configurations or pytest arguments mean no session beside, unless
+    ``--beside`` names some."""
     opts = Options()
     rest: list[str] = []
+    beside: tuple[str, ...] | None = None
     known = {c.label: c for c in configurations()}
     for arg in posargs:
         name, sep, value = arg.partition("=")
@@ -70,10 +83,20 @@ def parse_posargs(posargs: Sequence[str]) -> Options:
                     f"choose from {', '.join(known)}",
                 )
             opts.configs = [known[c] for c in wanted]
+        elif name == "--beside" and sep:
+            beside = () if value == "none" else tuple(b for b in value.split(",") if b)
+            unknown = [b for b in beside if b not in BESIDE]
+            if unknown or (value != "none" and not beside):
+                raise ConfigError(
+                    f"--beside={value}: unknown {', '.join(unknown) or '(none given)'}",
+                    f"choose from {', '.join(BESIDE)}, or none",
+                )
         else:
             rest.append(arg)
     if rest:
         opts.pytest_args = rest
+    narrowed = bool(rest) or len(opts.configs) != len(configurations())
+    opts.beside = beside if beside is not None else (() if narrowed else BESIDE)
     return opts
 
 

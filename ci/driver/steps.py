@@ -11,13 +11,17 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-from collections.abc import Iterator, Sequence
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
 from . import build, host, qemu, release, shards, sysroot, testrun
 from .errors import DriverError
-from .paths import BUILD_DIR
+from .paths import BUILD_DIR, PROJECT_ROOT
 from .proc import Stopwatch, log
 from .vlens import Variant, variants
 
@@ -219,3 +223,58 @@ def release_artefacts(session: Session, root: Path, dist: Path = release.DIST_DI
     log(f"sdist: {sdist} ({sdist.stat().st_size / 1e3:.0f} kB)")
     log(f"wheel: {wheel} ({wheel.stat().st_size / 1e6:.2f} MB)")
     return wheel
+
+
+# ---- sessions beside the emulated pool ----------------------------------------------------------
+
+
+@dataclass
+class Beside:
+    """Sessions run as one more process beside test-emulated's configurations, and how that process ended."""
+
+    sessions: tuple[str, ...]
+    log_path: Path
+    returncode: int | None = None
+
+    @property
+    def failed(self) -> bool:
+        return bool(self.sessions) and self.returncode != 0
+
+
+def nested_nox_command(sessions: Sequence[str], noxfile: Path = PROJECT_ROOT / "noxfile.py") -> list[str]:
+    """This nox (the interpreter running the noxfile) on ``sessions``, in the order given."""
+    return [sys.executable, "-m", "nox", "--noxfile", str(noxfile), "--sessions", *sessions]
+
+
+@contextlib.contextmanager
+def sessions_beside(
+    sessions: Sequence[str],
+    report: Callable[[str], None] = log,
+    log_path: Path = BUILD_DIR / "results" / "test-emulated" / "beside.log",
+    command: Sequence[str] | None = None,
+) -> Iterator[Beside]:
+    """Run ``sessions`` (nox, or ``command``) in the background while the block runs; after it, wait for them,
+    print their output and set ``returncode``. An exception in the block stops them."""
+    beside = Beside(tuple(sessions), log_path)
+    if not sessions:
+        yield beside
+        return
+    cmd = list(command or nested_nox_command(sessions))
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    report(f"beside them, one more process runs nox -s {' '.join(sessions)}; its output: {log_path}")
+    started = time.monotonic()
+    with log_path.open("w") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    try:
+        yield beside
+    except BaseException:
+        proc.terminate()
+        proc.wait()
+        raise
+    if proc.poll() is None:
+        report(f"waiting for nox -s {' '.join(sessions)} (output so far in {log_path})")
+    beside.returncode = proc.wait()
+    print(f"\n---- nox -s {' '.join(sessions)}, run beside the emulated configurations ----", flush=True)
+    print(log_path.read_text(errors="replace"), end="", flush=True)
+    outcome = "ok" if beside.returncode == 0 else f"failed (exit {beside.returncode})"
+    report(f"nox -s {' '.join(sessions)} beside them: {outcome} in {time.monotonic() - started:.0f} s")

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+import sys
 import time
 from pathlib import Path
 
 import pytest
 
-from driver import matrix, testrun, vlens
+from driver import matrix, steps, testrun, vlens
 from driver.errors import ConfigError
 from driver.repro import Config
 
@@ -49,7 +50,54 @@ def test_options_are_split_from_pytest_arguments():
     assert default.configs == matrix.configurations()
 
 
-@pytest.mark.parametrize("bad", [["--jobs=0"], ["--jobs=two"], ["--configs=vlen2048"], ["--configs="]])
+def test_the_host_side_sessions_run_beside_the_whole_matrix_only_unless_named():
+    assert matrix.parse_posargs([]).beside == ("sanitize", "install-test-quick", "bench-check")
+    assert matrix.parse_posargs(["--configs=vlen256"]).beside == ()  # a narrowed run: just those configurations
+    assert matrix.parse_posargs(["tests/test_runtime.py"]).beside == ()
+    assert matrix.parse_posargs(["--beside=none"]).beside == ()
+    assert matrix.parse_posargs(["--configs=vlen256", "--beside=bench-check"]).beside == ("bench-check",)
+
+
+def test_sessions_beside_run_while_the_block_runs_and_their_output_is_printed(tmp_path, capsys):
+    reports: list[str] = []
+    marker = tmp_path / "started"
+    cmd = [sys.executable, "-c", f"import pathlib; pathlib.Path({str(marker)!r}).touch(); print('beside says hi')"]
+    with steps.sessions_beside(["bench-check"], reports.append, tmp_path / "beside.log", cmd) as beside:
+        deadline = time.monotonic() + 30
+        while not marker.exists() and time.monotonic() < deadline:  # it runs while the block does
+            time.sleep(0.05)
+        assert marker.exists() and beside.returncode is None
+    assert beside.returncode == 0 and not beside.failed
+    assert "beside says hi" in capsys.readouterr().out
+    assert reports[-1].startswith("nox -s bench-check beside them: ok in")
+    failing = [sys.executable, "-c", "raise SystemExit(3)"]
+    with steps.sessions_beside(["sanitize"], reports.append, tmp_path / "b2.log", failing) as beside:
+        pass
+    assert beside.returncode == 3 and beside.failed and "failed (exit 3)" in reports[-1]
+    with steps.sessions_beside([], reports.append) as nothing:
+        pass
+    assert not nothing.failed
+
+
+def test_sessions_beside_stop_when_the_pool_fails(tmp_path):
+    cmd = [sys.executable, "-c", "import time; time.sleep(60)"]
+    started = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        with steps.sessions_beside(["sanitize"], lambda _: None, tmp_path / "b.log", cmd) as beside:
+            raise KeyboardInterrupt
+    assert beside.returncode is None and time.monotonic() - started < 30
+
+
+def test_the_nested_nox_is_this_interpreter_on_the_noxfile():
+    cmd = steps.nested_nox_command(["sanitize", "bench-check"])
+    assert cmd[:3] == [sys.executable, "-m", "nox"] and cmd[-3:] == ["--sessions", "sanitize", "bench-check"]
+    assert Path(cmd[cmd.index("--noxfile") + 1]).is_file()
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [["--jobs=0"], ["--jobs=two"], ["--configs=vlen2048"], ["--configs="], ["--beside=lint"], ["--beside="]],
+)
 def test_bad_options_are_refused(bad):
     with pytest.raises(ConfigError):
         matrix.parse_posargs(bad)
