@@ -14,6 +14,13 @@ every emulated configuration (RVV_ATTN_VARIANT_INDEPENDENT=deselect drops it
 from the others). The default is safe: an unmarked test runs everywhere. The
 marker is checked: such a test fails if it looks up the active variant's
 kernel table (every kernel call does) outside the ``kernel_variant`` fixture.
+
+A test marked ``policy_independent`` checks nothing a vector instruction
+computes (a child interpreter on another CPU, the scalar VLEN guard, feature
+probing): the tail/mask policy cannot change its answer, so the all-ones
+agnostic configurations deselect it and the undisturbed one at the same VLEN
+runs it. It is checked like ``variant_independent``: it fails if it looks up
+the kernel table.
 """
 
 from __future__ import annotations
@@ -59,6 +66,8 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 EXPECTED_VARIANT = os.environ.get("RVV_ATTN_EXPECT_VARIANT", "")
 # "deselect" in every configuration of `nox -t test` but the one that runs the variant-independent tests.
 VARIANT_INDEPENDENT = os.environ.get("RVV_ATTN_VARIANT_INDEPENDENT", "run")
+# QEMU's all-ones tail/mask-agnostic policy (the agnostic configurations) shows in the CPU options the session set.
+AGNOSTIC_POLICY = "rvv_ta_all_1s=on" in os.environ.get("RVV_ATTN_QEMU_CPU", "")
 
 
 def default_hypothesis_seed() -> int:
@@ -179,6 +188,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         )
     if VARIANT_INDEPENDENT == "deselect":
         _deselect(config, items, "variant_independent")
+    if AGNOSTIC_POLICY:
+        _deselect(config, items, "policy_independent")
     if EXPECTED_VARIANT:
         _deselect(config, items, "host_only")
     if EXPECTED_VARIANT == "portable":
@@ -238,7 +249,8 @@ def pytest_runtest_setup(item: pytest.Item):
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item: pytest.Item):
-    """Fail a variant_independent test that reached the kernels (in its fixtures' setup or its body)."""
+    """Fail a variant_independent or policy_independent test that reached the kernels (in its fixtures' setup or
+    its body)."""
     try:
         return (yield)
     finally:
@@ -246,9 +258,10 @@ def pytest_runtest_call(item: pytest.Item):
         report = item.config.stash.get(_LOOKUP_REPORT, None)
         if report is not None:
             report[item.nodeid] = lookups
-        if lookups and "variant_independent" in item.keywords:
-            raise AssertionError(
-                f"{item.nodeid} is marked variant_independent but looked up the kernel table {lookups} time(s): "
-                "it called a kernel (or asked for the variant's blocking or name), so its result can depend on "
-                "the VLEN. Remove the marker: it then runs in every emulated configuration."
-            )
+        for marker, depends_on in (("variant_independent", "the VLEN"), ("policy_independent", "the tail policy")):
+            if lookups and marker in item.keywords:
+                raise AssertionError(
+                    f"{item.nodeid} is marked {marker} but looked up the kernel table {lookups} time(s): it "
+                    "called a kernel (or asked for the variant's blocking or name), so its result can depend on "
+                    f"{depends_on}. Remove the marker: it then runs in every emulated configuration."
+                )

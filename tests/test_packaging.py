@@ -115,11 +115,13 @@ def test_import_under_another_torch_minor_fails_before_loading_the_library():
 
 
 @pytest.mark.rvv
+@pytest.mark.policy_independent
 def test_riscv_hwprobe_reports_zvfh_when_the_cpu_has_it():
     """A second qemu-riscv64 whose CPU adds Zvfh: riscv_hwprobe reports it, AT_HWCAP cannot.
 
     Started from inside the guest (QEMU passes execve of a host binary
-    through); once per emulated run, at the table's first VLEN, because the
+    through); once per emulated run, at the table's first VLEN and the
+    undisturbed policy (feature probing runs no vector instruction), because the
     child imports torch again.
     """
     this = int(os.environ["RVV_ATTN_EXPECT_VLEN"])

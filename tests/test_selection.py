@@ -54,6 +54,24 @@ def test_unmarked_kernel_test(kernel_variant):
 """
 
 
+POLICY_SUITE = """
+import pytest
+import torch
+
+import rvv_attn
+
+
+@pytest.mark.policy_independent
+def test_marked_but_writes_through_a_kernel():
+    k, v = torch.zeros(4, 1, 8), torch.zeros(4, 1, 8)
+    rvv_attn.ops.decode_set_kv_buffer(k, v, torch.ones(1, 1, 8), torch.ones(1, 1, 8), torch.tensor([2]))
+
+
+def test_unmarked():
+    pass
+"""
+
+
 def run_suite(tmp_path: Path, source: str, **env: str) -> subprocess.CompletedProcess:
     shutil.copy(Path(__file__).with_name("conftest.py"), tmp_path / "conftest.py")
     (tmp_path / "test_suite.py").write_text(source)
@@ -80,6 +98,16 @@ def test_deselect_drops_only_the_marked_tests(tmp_path):
     child = run_suite(tmp_path, SUITE, RVV_ATTN_VARIANT_INDEPENDENT="deselect")
     assert child.returncode == 0, child.stdout + child.stderr
     assert "1 passed, 3 deselected" in child.stdout, child.stdout
+
+
+def test_policy_independent_is_checked_and_only_the_agnostic_configurations_drop_it(tmp_path):
+    undisturbed = run_suite(tmp_path, POLICY_SUITE, RVV_ATTN_QEMU_CPU="rv64,v=true,vlen=256")
+    assert undisturbed.returncode == 1, undisturbed.stdout + undisturbed.stderr
+    assert "1 failed, 1 passed" in undisturbed.stdout, undisturbed.stdout
+    assert "is marked policy_independent but looked up the kernel table" in undisturbed.stdout
+    agnostic = run_suite(tmp_path, POLICY_SUITE, RVV_ATTN_QEMU_CPU="rv64,v=true,vlen=256,rvv_ta_all_1s=on")
+    assert agnostic.returncode == 0, agnostic.stdout + agnostic.stderr
+    assert "1 passed, 1 deselected" in agnostic.stdout, agnostic.stdout
 
 
 def test_a_test_cannot_be_both_rvv_and_variant_independent(tmp_path):
