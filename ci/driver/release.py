@@ -81,26 +81,34 @@ def sync_sdist(sdist: Path, dest: Path) -> Path:
     just the changed files gives them a new time stamp and leaves the rest
     alone: the build in ``dest`` stays correct and incremental. Files the
     sdist no longer has are deleted.
+
+    The top folder is always ``dest/rvv_attn``, whatever the sdist's version:
+    the version changes with every commit, and a folder named after it would
+    put it in every compiler path, so ninja and the compiler cache would start
+    from nothing on each commit.
     """
     dest.mkdir(parents=True, exist_ok=True)
+    top = dest / "rvv_attn"
     with tarfile.open(sdist) as tar:
         members = [m for m in tar.getmembers() if m.isfile()]
         tops = {Path(m.name).parts[0] for m in tar.getmembers()}
         if len(tops) != 1:
             raise DriverError(f"{sdist.name} has {len(tops)} top-level entries, expected one folder")
-        top = dest / tops.pop()
         wanted = set()
         for member in members:
             relative = Path(member.name)
             if relative.is_absolute() or ".." in relative.parts:
                 raise DriverError(f"{sdist.name} holds an unsafe path: {member.name}")
-            target = dest / relative
+            target = top.joinpath(*relative.parts[1:])
             wanted.add(target)
             data = tar.extractfile(member).read()  # type: ignore[union-attr]
             if target.is_file() and target.read_bytes() == data:
                 continue
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_bytes(data)
+    for stale in dest.iterdir():  # trees unpacked under their version's name by older drivers
+        if stale != top and stale.is_dir():
+            shutil.rmtree(stale)
     for path in sorted(top.rglob("*"), reverse=True):
         if path.is_file() and path not in wanted:
             path.unlink()

@@ -37,10 +37,10 @@ def test_auditwheel_picks_the_oldest_policy_and_excludes_only_torch():
     assert args[-1] == "raw/x.whl"
 
 
-def _sdist(path: Path, files: dict[str, bytes]) -> Path:
+def _sdist(path: Path, files: dict[str, bytes], version: str = "1.0") -> Path:
     with tarfile.open(path, "w:gz") as tar:
         for name, data in files.items():
-            info = tarfile.TarInfo(f"rvv_attn-1.0/{name}")
+            info = tarfile.TarInfo(f"rvv_attn-{version}/{name}")
             info.size, info.mtime = len(data), 1_000_000  # sdists carry one fixed time stamp
             tar.addfile(info, io.BytesIO(data))
     return path
@@ -49,10 +49,12 @@ def _sdist(path: Path, files: dict[str, bytes]) -> Path:
 def test_sync_sdist_rewrites_only_changed_files_and_drops_removed_ones(tmp_path):
     dest = tmp_path / "src"
     top = release.sync_sdist(_sdist(tmp_path / "a.tar.gz", {"a.cpp": b"1", "b.cpp": b"2", "d/c.h": b"3"}), dest)
-    assert top == dest / "rvv_attn-1.0" and (top / "d/c.h").read_bytes() == b"3"
+    assert top == dest / "rvv_attn" and (top / "d/c.h").read_bytes() == b"3"
     for f in ("a.cpp", "b.cpp"):
         os.utime(top / f, (100, 100))
-    release.sync_sdist(_sdist(tmp_path / "b.tar.gz", {"a.cpp": b"1", "b.cpp": b"changed"}), dest)
+    # The next commit's sdist has another version: same folder, so the build there stays incremental.
+    again = release.sync_sdist(_sdist(tmp_path / "b.tar.gz", {"a.cpp": b"1", "b.cpp": b"changed"}, "1.1"), dest)
+    assert again == top and sorted(p.name for p in dest.iterdir()) == ["rvv_attn"]
     assert (top / "a.cpp").stat().st_mtime == 100  # unchanged: ninja keeps its object
     assert (top / "b.cpp").read_bytes() == b"changed" and (top / "b.cpp").stat().st_mtime > 100
     assert not (top / "d").exists()
