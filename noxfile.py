@@ -86,14 +86,14 @@ def setup(session: nox.Session) -> None:
     log(f"sysroot: {root}")
 
 
-@_session(name="test-host", tags=["test"], timed=True)
+@_session(name="test-host", timed=True)
 def test_host(session: nox.Session) -> None:
     """Build the portable kernels for this host and run the suite natively, plus the driver's unit tests."""
     steps.host_build(session, HOST_REQUIREMENTS)
     steps.pytest_in_session(session, "test-host", session.posargs or ["tests", "ci/tests"])
 
 
-@_session(name="test-toolchain", tags=["test"], timed=True)
+@_session(name="test-toolchain", timed=True)
 def test_toolchain(session: nox.Session) -> None:
     """Check the toolchain: QEMU pin, sysroot fix-ups, the wheel's variants, incremental rebuilds, the agnostic lane."""
     qemu_bin, root = steps.toolchain()
@@ -156,10 +156,10 @@ def test_emulated(session: nox.Session) -> None:
 
     Each configuration runs as in its test-vlenN[-agnostic] session, in its own process, log and JUnit XML
     (build/results/test-<configuration>/); the tests marked variant_independent run in one of them only
-    (variant_independent_lane in toolchains/vlens.json). Beside them, one more process runs sanitize,
-    install-test-quick and bench-check (nox -s ...). Options before the pytest arguments: --jobs=N (default: the
-    number of cores), --configs=vlen128,vlen1024-agnostic, --beside=none (the default with --configs or pytest
-    arguments) or --beside=sanitize,bench-check.
+    (variant_independent_lane in toolchains/vlens.json). Beside them, one more process runs test-host,
+    test-toolchain, sanitize, install-test-quick and bench-check (nox -s ...). Options before the pytest arguments:
+    --jobs=N (default: the number of cores), --configs=vlen128,vlen1024-agnostic, --beside=none (the default with
+    --configs or pytest arguments) or --beside=sanitize,bench-check.
     """
     opts = matrix.parse_posargs(session.posargs)
     qemu_bin, root = steps.toolchain()

@@ -49,7 +49,7 @@ def selection_env(config: Config) -> dict[str, str]:
 
 
 # The sessions of `nox -t test` that test-emulated runs beside its configurations (in this order).
-BESIDE = ("sanitize", "install-test-quick", "bench-check")
+BESIDE = ("test-host", "test-toolchain", "sanitize", "install-test-quick", "bench-check")
 
 
 @dataclass

@@ -51,7 +51,13 @@ def test_options_are_split_from_pytest_arguments():
 
 
 def test_the_host_side_sessions_run_beside_the_whole_matrix_only_unless_named():
-    assert matrix.parse_posargs([]).beside == ("sanitize", "install-test-quick", "bench-check")
+    assert matrix.parse_posargs([]).beside == (
+        "test-host",
+        "test-toolchain",
+        "sanitize",
+        "install-test-quick",
+        "bench-check",
+    )
     assert matrix.parse_posargs(["--configs=vlen256"]).beside == ()  # a narrowed run: just those configurations
     assert matrix.parse_posargs(["tests/test_runtime.py"]).beside == ()
     assert matrix.parse_posargs(["--beside=none"]).beside == ()
