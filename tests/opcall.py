@@ -98,11 +98,14 @@ def _storage_bytes(t: torch.Tensor) -> torch.Tensor:
     return torch.empty(0, dtype=torch.uint8).set_(t.untyped_storage())
 
 
-def _byte_positions(t: torch.Tensor) -> torch.Tensor:
-    """For each element of ``t``, the storage byte offsets it occupies: [*t.shape, element_size]."""
+def _byte_positions(t: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+    """For each element of ``t`` (or each one ``mask`` selects), the storage byte offsets it occupies:
+    [*t.shape, element_size] (or [selected, element_size])."""
     size = t.element_size()
     elements = torch.arange(t.untyped_storage().nbytes() // size, dtype=torch.int64)
     index = torch.as_strided(elements, t.shape, t.stride(), t.storage_offset())
+    if mask is not None:
+        index = index[mask]  # select before widening to bytes: a cache is millions of elements
     return index[..., None] * size + torch.arange(size)
 
 
@@ -150,7 +153,7 @@ def call(op, args: Mapping[str, object], writes: Mapping[str, torch.Tensor] | No
             assert mask.shape == value.shape, (
                 f"writes[{name!r}] has shape {tuple(mask.shape)}, not {tuple(value.shape)}"
             )
-            storage.allowed[_byte_positions(value)[mask].reshape(-1)] = True
+            storage.allowed[_byte_positions(value, mask).reshape(-1)] = True
     before = {k: (v.clone() if torch.is_tensor(v) else v) for k, v in args.items()}
     try:
         op(**args)

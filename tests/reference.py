@@ -36,18 +36,26 @@ def decode_attention(
     head h // (H / H_kv). Returns [B, H, Dv] float64.
     """
     batch, heads, _ = query.shape
-    group = heads // k_buffer.shape[1]
+    heads_kv = k_buffer.shape[1]
     out = torch.empty(batch, heads, v_buffer.shape[2], dtype=torch.float64)
     for b in range(batch):
         length = int(seq_lens[b])
         slots = req_to_token[int(req_pool_indices[b]), :length].long()
-        k = k_buffer[slots].double().repeat_interleave(group, dim=1)  # [L, H, D]
-        v = v_buffer[slots].double().repeat_interleave(group, dim=1)  # [L, H, Dv]
-        scores = torch.einsum("hd,lhd->hl", query[b].double(), k) * sm_scale
-        if logit_cap > 0:
-            scores = logit_cap * torch.tanh(scores / logit_cap)
-        out[b] = torch.einsum("hl,lhd->hd", torch.softmax(scores, dim=-1), v)
+        scores = _grouped_scores(query[b], k_buffer[slots], sm_scale, logit_cap)  # [H_kv, G, L]
+        weights = torch.softmax(scores, dim=-1)
+        out[b] = torch.einsum("kgl,lkd->kgd", weights, v_buffer[slots].double()).reshape(heads, -1)
     return out
+
+
+def _grouped_scores(query: torch.Tensor, keys: torch.Tensor, sm_scale: float, logit_cap: float) -> torch.Tensor:
+    """Scores [H_kv, G, L] in float64 of one sequence's query [H, D] against its keys [L, H_kv, D]: query
+    head h = k * G + g reads KV head k (the heads viewed as [H_kv, G], no copy of K per query head)."""
+    heads_kv = keys.shape[1]
+    grouped = query.double().reshape(heads_kv, query.shape[0] // heads_kv, query.shape[1])
+    scores = torch.einsum("kgd,lkd->kgl", grouped, keys.double()) * sm_scale
+    if logit_cap > 0:
+        scores = logit_cap * torch.tanh(scores / logit_cap)
+    return scores
 
 
 def extend_attention(
@@ -163,25 +171,21 @@ def decode_split_partials(
     them. Empty splits are NaN in the partials and -inf in the LSE.
     """
     batch, heads, _ = query.shape
-    group = heads // k_buffer.shape[1]
     out = torch.full((batch, heads, splits, v_buffer.shape[2]), float("nan"), dtype=torch.float64)
     lse = torch.full((batch, heads, splits), float("-inf"), dtype=torch.float64)
     for b in range(batch):
         length = int(seq_lens[b])
         slots = req_to_token[int(req_pool_indices[b]), :length].long()
-        k = k_buffer[slots].double().repeat_interleave(group, dim=1)
-        v = v_buffer[slots].double().repeat_interleave(group, dim=1)
-        scores = torch.einsum("hd,lhd->hl", query[b].double(), k) * sm_scale
-        if logit_cap > 0:
-            scores = logit_cap * torch.tanh(scores / logit_cap)
+        scores = _grouped_scores(query[b], k_buffer[slots], sm_scale, logit_cap)  # [H_kv, G, L]
+        v = v_buffer[slots].double()
         per = -(-length // splits)
         for s in range(splits):
             lo, hi = min(s * per, length), min((s + 1) * per, length)
             if lo >= hi:
                 continue
-            part = scores[:, lo:hi]
-            lse[b, :, s] = torch.logsumexp(part, dim=-1)
-            out[b, :, s] = torch.einsum("hl,lhd->hd", torch.softmax(part, dim=-1), v[lo:hi])
+            part = scores[..., lo:hi]
+            lse[b, :, s] = torch.logsumexp(part, dim=-1).reshape(heads)
+            out[b, :, s] = torch.einsum("kgl,lkd->kgd", torch.softmax(part, dim=-1), v[lo:hi]).reshape(heads, -1)
     return out, lse
 
 
