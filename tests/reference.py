@@ -36,7 +36,6 @@ def decode_attention(
     head h // (H / H_kv). Returns [B, H, Dv] float64.
     """
     batch, heads, _ = query.shape
-    heads_kv = k_buffer.shape[1]
     out = torch.empty(batch, heads, v_buffer.shape[2], dtype=torch.float64)
     for b in range(batch):
         length = int(seq_lens[b])

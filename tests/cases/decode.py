@@ -9,6 +9,7 @@ import torch
 
 import opcall
 import rvv_attn
+from cases.noise import unit_normal
 from reference import decode_attention as reference_attention
 from reference import decode_split_partials as reference_split_partials
 from reference import write_kv as reference_write_kv
@@ -149,7 +150,7 @@ def make_case(
     max_reqs, max_context = batch + 3, max(lens, default=1) + 5
 
     def randn(*shape):
-        return torch.randn(*shape, generator=g).to(dtype)
+        return unit_normal(*shape, generator=g, dtype=dtype)
 
     slot_perm = torch.randperm(num_slots, generator=g)
     rows = torch.randperm(max_reqs, generator=g)[:batch]

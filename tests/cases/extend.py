@@ -9,6 +9,7 @@ import torch
 
 import opcall
 import rvv_attn
+from cases.noise import unit_normal
 from reference import extend_attention as reference_extend
 from tolerances import assert_close_to_reference
 
@@ -59,7 +60,7 @@ class Case:
         h, hkv, d, dv = self.heads, self.heads_kv, self.head_dim, self.head_dim_v
 
         def randn(*shape):
-            return torch.randn(*shape, generator=g).to(self.dtype)
+            return unit_normal(*shape, generator=g, dtype=self.dtype)
 
         # Extend ranges in a shuffled order with one unowned row before each.
         order = torch.randperm(batch, generator=g).tolist()

@@ -11,6 +11,7 @@ import opcall
 import rvv_attn
 from cases.decode import make_case
 from cases.extend import Case as ExtendCase
+from cases.noise import unit_normal
 from reference import decode_attention as reference_decode
 from reference import dequantize_int8, quantize_int8, write_kv_int8
 from reference import extend_attention as reference_extend
@@ -37,7 +38,7 @@ def _rows(
     ``zero_rows``: every 5th token's rows are all zero. ``unit_data``: N(0, 1)
     whatever the scale (a small static scale then clamps most codes).
     """
-    x = torch.randn(*shape, generator=g)
+    x = unit_normal(*shape, generator=g)
     if unit_data:
         pass
     elif not is_dynamic(scale):

@@ -6,6 +6,7 @@ import torch
 
 import opcall
 import rvv_attn
+from cases.noise import unit_normal
 
 OP = rvv_attn.ops.decode_set_kv_buffer
 
@@ -14,7 +15,7 @@ def make_case(batch, heads_kv, head_dim, head_dim_v, dtype, slots=64, strided=Fa
     g = torch.Generator().manual_seed(seed)
 
     def randn(*shape):
-        return torch.randn(*shape, generator=g).to(dtype)
+        return unit_normal(*shape, generator=g, dtype=dtype)
 
     k_buffer, v_buffer = randn(slots, heads_kv, head_dim), randn(slots, heads_kv, head_dim_v)
     key, value = randn(batch, heads_kv, head_dim), randn(batch, heads_kv, head_dim_v)
