@@ -79,7 +79,7 @@ def extend_attention(
     req_to_token[req_pool_indices[b], :prefix]) followed by its own new
     tokens, causally: new token i sees the prefix and new tokens 0..i.
     """
-    tokens, heads, _ = q_extend.shape
+    tokens, heads, head_dim = q_extend.shape
     heads_kv, head_dim_v = v_extend.shape[1], v_extend.shape[2]
     group = heads // heads_kv
     out = torch.full((tokens, heads, head_dim_v), float("nan"), dtype=torch.float64)
@@ -91,18 +91,29 @@ def extend_attention(
             continue
         slots = req_to_token[int(req_pool_indices[b]), :prefix].long()
         rows = slice(start, start + ext)
-        # [keys, H_kv, D] -> [H, keys, D]: each query head reads its group's KV head.
-        keys = torch.cat([k_buffer[slots], k_extend[rows]]).double().repeat_interleave(group, dim=1).transpose(0, 1)
-        values = torch.cat([v_buffer[slots], v_extend[rows]]).double().repeat_interleave(group, dim=1).transpose(0, 1)
-        queries = q_extend[rows].double().transpose(0, 1)  # [H, ext, D]
-        scores = queries @ keys.transpose(1, 2) * sm_scale  # [H, ext, prefix + ext]
-        if logit_cap > 0:
-            scores = logit_cap * torch.tanh(scores / logit_cap)
-        # Query i (0-based among the new tokens) may see keys 0 .. prefix + i.
-        visible = torch.arange(prefix + ext)[None, :] <= (prefix + torch.arange(ext))[:, None]
-        scores = scores.masked_fill(~visible, float("-inf"))
-        out[rows] = (torch.softmax(scores, dim=-1) @ values).transpose(0, 1)
+        # [keys, H_kv, D] -> [H_kv, keys, D]; query head h = k * G + g reads KV head k.
+        keys = torch.cat([k_buffer[slots], k_extend[rows]]).double().transpose(0, 1)
+        values = torch.cat([v_buffer[slots], v_extend[rows]]).double().transpose(0, 1)
+        # [ext, H, D] -> [H_kv, G, ext, D]
+        queries = q_extend[rows].double().reshape(ext, heads_kv, group, head_dim).permute(1, 2, 0, 3)
+        # Blocks of query rows, each scored only against the keys its last row can see (a long causal
+        # extend would otherwise compute, then mask, half of a [ext, prefix + ext] score matrix).
+        for i0 in range(0, ext, _REFERENCE_ROWS):
+            i1 = min(i0 + _REFERENCE_ROWS, ext)
+            seen = prefix + i1
+            scores = queries[:, :, i0:i1] @ keys[:, None, :seen].transpose(2, 3) * sm_scale  # [H_kv, G, i1 - i0, seen]
+            if logit_cap > 0:
+                scores = logit_cap * torch.tanh(scores / logit_cap)
+            # Query i (0-based among the new tokens) may see keys 0 .. prefix + i.
+            visible = torch.arange(seen)[None, :] <= (prefix + torch.arange(i0, i1))[:, None]
+            scores = scores.masked_fill(~visible, float("-inf"))
+            block = torch.softmax(scores, dim=-1) @ values[:, None, :seen]  # [H_kv, G, i1 - i0, Dv]
+            out[start + i0 : start + i1] = block.permute(2, 0, 1, 3).reshape(i1 - i0, heads, head_dim_v)
     return out
+
+
+# Query rows per block of extend_attention's reference.
+_REFERENCE_ROWS = 512
 
 
 # ---- int8 KV cache ------------------------------------------------------------------------------
