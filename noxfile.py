@@ -152,19 +152,19 @@ for _variant in vlens.variants():
 
 @_session(name="test-emulated", tags=["test"], timed=True)
 def test_emulated(session: nox.Session) -> None:
-    """Every VLEN and the agnostic lanes under QEMU, two at a time: the emulated part of `nox -t test`.
+    """Every VLEN and the agnostic lanes under QEMU, several at a time: the emulated part of `nox -t test`.
 
     Each configuration runs as in its test-vlenN[-agnostic] session, in its own process, log and JUnit XML
     (build/results/test-<configuration>/); the tests marked variant_independent run in one of them only
     (variant_independent_lane in toolchains/vlens.json). Beside them, one more process runs test-host,
     test-toolchain, sanitize, install-test-quick and bench-check (nox -s ...). Options before the pytest arguments:
-    --jobs=N (default: the number of cores), --configs=vlen128,vlen1024-agnostic, --beside=none (the default with
-    --configs or pytest arguments) or --beside=sanitize,bench-check.
+    --jobs=N (default: the number of cores, plus one while sessions run beside), --configs=vlen128,vlen1024-agnostic,
+    --beside=none (the default with --configs or pytest arguments) or --beside=sanitize,bench-check.
     """
     opts = matrix.parse_posargs(session.posargs)
     qemu_bin, root = steps.toolchain()
     stage = steps.stage_for(session, root, sorted({c.variant for c in opts.configs}, key=lambda v: v.vlen))
-    jobs = opts.jobs or matrix.default_jobs()
+    jobs = opts.jobs or matrix.default_jobs(opts.beside)
     log(
         f"running {len(opts.configs)} emulated configurations, {jobs} at a time; each one's log, JUnit XML and "
         f"summary in build/results/test-<configuration>/; variant-independent tests at VLEN "

@@ -2,10 +2,10 @@
 
 Each configuration is one qemu-riscv64 process with its own log, JUnit XML and
 summary.json under build/results/test-<configuration>/ (the folders the single
-test-vlenN sessions write too). A QEMU process keeps one core busy, so two run
-at a time on a 2-core machine, the longest first. The tests marked
-variant_independent (no kernel reachable, checked by the suite) run in one
-configuration only (``vlens.variant_independent_lane``); every other test runs
+test-vlenN sessions write too). A QEMU process keeps one core busy, so one
+runs per core, plus one while the host-side sessions run beside them (see
+default_jobs), the longest first. The tests marked variant_independent (no
+kernel reachable, checked by the suite) run in one configuration only (``vlens.variant_independent_lane``); every other test runs
 in all of them. One report at the end names each failing configuration and test.
 
 The host-side sessions of `nox -t test` (``BESIDE``) run beside the pool as
@@ -219,5 +219,11 @@ def _tail(log: Path, count: int = 8) -> list[str]:
         return ["(no log)"]
 
 
-def default_jobs() -> int:
-    return os.cpu_count() or 1
+def default_jobs(beside: Sequence[str] = ()) -> int:
+    """Configurations at once: one per core, and one more while sessions run beside them.
+
+    With a pool of one per core, the last configuration to start runs alone at the end while the other
+    core idles (a minute or more of `-t test` on 2 cores). One more keeps every core busy until the end;
+    while the beside process still runs, the cores are shared among more processes, which costs no CPU.
+    """
+    return (os.cpu_count() or 1) + (1 if beside else 0)

@@ -254,3 +254,10 @@ def test_only_a_stage_unpacked_from_a_wheel_counts_as_having_metadata(tmp_path):
     assert not build.stage_has_metadata(tmp_path)  # what stage_tree alone leaves
     (tmp_path / "rvv_attn-0.2.0.dist-info").mkdir()
     assert build.stage_has_metadata(tmp_path)
+
+
+def test_one_more_configuration_at_once_while_sessions_run_beside(monkeypatch):
+    monkeypatch.setattr(matrix.os, "cpu_count", lambda: 2)
+    assert matrix.default_jobs() == 2
+    assert matrix.default_jobs(()) == 2
+    assert matrix.default_jobs(matrix.BESIDE) == 3
