@@ -5,8 +5,9 @@ summary.json under build/results/test-<configuration>/ (the folders the single
 test-vlenN sessions write too). A QEMU process keeps one core busy, so one
 runs per core, plus one while the host-side sessions run beside them (see
 default_jobs), the longest first. The tests marked variant_independent (no
-kernel reachable, checked by the suite) run in one configuration only (``vlens.variant_independent_lane``); every other test runs
-in all of them. One report at the end names each failing configuration and test.
+kernel reachable, checked by the suite) run in one configuration only
+(``vlens.variant_independent_lane``); every other test runs in all of them.
+One report at the end names each failing configuration and test.
 
 The host-side sessions of `nox -t test` (``BESIDE``) run beside the pool as
 one more process: on 2 cores they fill the gaps the emulated configurations
