@@ -46,15 +46,25 @@ def decode_attention(
     return out
 
 
-def _grouped_scores(query: torch.Tensor, keys: torch.Tensor, sm_scale: float, logit_cap: float) -> torch.Tensor:
-    """Scores [H_kv, G, L] in float64 of one sequence's query [H, D] against its keys [L, H_kv, D]: query
-    head h = k * G + g reads KV head k (the heads viewed as [H_kv, G], no copy of K per query head)."""
-    heads_kv = keys.shape[1]
-    grouped = query.double().reshape(heads_kv, query.shape[0] // heads_kv, query.shape[1])
-    scores = torch.einsum("kgd,lkd->kgl", grouped, keys.double()) * sm_scale
+def _scores(queries: torch.Tensor, keys: torch.Tensor, sm_scale: float, logit_cap: float) -> torch.Tensor:
+    """Scaled dot products in float64 of queries [..., Q, D] with keys [..., K, D] (leading dims broadcast):
+    [..., Q, K], soft-capped to logit_cap * tanh(score / logit_cap) when logit_cap > 0."""
+    scores = queries.double() @ keys.double().transpose(-1, -2) * sm_scale
     if logit_cap > 0:
         scores = logit_cap * torch.tanh(scores / logit_cap)
     return scores
+
+
+def _grouped_scores(query: torch.Tensor, keys: torch.Tensor, sm_scale: float, logit_cap: float) -> torch.Tensor:
+    """Scores [H_kv, G, L] of one sequence's query [H, D] against its keys [L, H_kv, D]: query head
+    h = k * G + g reads KV head k (the heads viewed as [H_kv, G], no copy of K per query head)."""
+    heads_kv = keys.shape[1]
+    grouped = query.reshape(heads_kv, query.shape[0] // heads_kv, query.shape[1])
+    return _scores(grouped, keys.transpose(0, 1), sm_scale, logit_cap)
+
+
+# Query rows per block of extend_attention's reference.
+_REFERENCE_ROWS = 512
 
 
 def extend_attention(
@@ -101,19 +111,13 @@ def extend_attention(
         for i0 in range(0, ext, _REFERENCE_ROWS):
             i1 = min(i0 + _REFERENCE_ROWS, ext)
             seen = prefix + i1
-            scores = queries[:, :, i0:i1] @ keys[:, None, :seen].transpose(2, 3) * sm_scale  # [H_kv, G, i1 - i0, seen]
-            if logit_cap > 0:
-                scores = logit_cap * torch.tanh(scores / logit_cap)
+            scores = _scores(queries[:, :, i0:i1], keys[:, None, :seen], sm_scale, logit_cap)  # [H_kv, G, rows, seen]
             # Query i (0-based among the new tokens) may see keys 0 .. prefix + i.
             visible = torch.arange(seen)[None, :] <= (prefix + torch.arange(i0, i1))[:, None]
             scores = scores.masked_fill(~visible, float("-inf"))
             block = torch.softmax(scores, dim=-1) @ values[:, None, :seen]  # [H_kv, G, i1 - i0, Dv]
             out[start + i0 : start + i1] = block.permute(2, 0, 1, 3).reshape(i1 - i0, heads, head_dim_v)
     return out
-
-
-# Query rows per block of extend_attention's reference.
-_REFERENCE_ROWS = 512
 
 
 # ---- int8 KV cache ------------------------------------------------------------------------------
@@ -219,10 +223,7 @@ def _attend(
     A query row that sees no key gives zeros (with or without a sink).
     """
     heads, rows = queries.shape[0], queries.shape[1]
-    scores = queries @ keys.transpose(1, 2) * sm_scale  # [H, Q, K]
-    if logit_cap > 0:
-        scores = logit_cap * torch.tanh(scores / logit_cap)
-    scores = scores.masked_fill(~visible, float("-inf"))
+    scores = _scores(queries, keys, sm_scale, logit_cap).masked_fill(~visible, float("-inf"))
     if sinks is not None:
         sink_col = sinks.double().view(heads, 1, 1).expand(heads, rows, 1)
         weights = torch.softmax(torch.cat([scores, sink_col], dim=-1), dim=-1)[..., :-1]
