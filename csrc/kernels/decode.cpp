@@ -114,6 +114,12 @@ inline void fma_heads(VF& s0, VF& s1, VF& s2, VF& s3, const float* w, VF x, size
   if constexpr (NH > 3) s3 = vec::fmacc_ta(s3, w[3], x, vl);
 }
 
+// acc += w[K] * x for head K of a pass, if the pass has it (K < NH).
+template <int K, int NH>
+inline void fma_head(VF& acc, const float* w, VF x, size_t vl) {
+  if constexpr (K < NH) acc = vec::fmacc_ta(acc, w[K], x, vl);
+}
+
 template <int NH>
 inline void store_heads(float* out, size_t stride, VF s0, VF s1, VF s2, VF s3, size_t vl) {
   vec::store(out, s0, vl);
@@ -172,6 +178,14 @@ struct Decode {
   // the NH heads of a pass; rows[i] addresses V[token i][c]. acc is the
   // pass's first head's chunk, probs its [kBlockN][NH] table, alpha starts
   // at its first head.
+  //
+  // Software-pipelined over pairs of tokens: while the FMAs of tokens i and
+  // i + 1 run, the rows of tokens i + 2 and i + 3 are fetched and widened,
+  // each widening step placed between FMAs. An in-order core (the X60's
+  // scheduling model) stalls an FMA that waits on a widening issued just
+  // before it, and this order keeps the FMA unit busy instead; it is also
+  // the same instructions as the plain loop, so the instruction count does
+  // not change. Each head still adds the tokens in order.
   template <int NH>
   static void accumulate_pv(const int64_t* rows, const float* probs, size_t n, float* acc, int64_t d_v,
                             const float* alpha, size_t vl) {
@@ -179,20 +193,43 @@ struct Decode {
     if constexpr (NH > 1) a1 = vec::mul(vec::load(acc + d_v, vl), alpha[1], vl);
     if constexpr (NH > 2) a2 = vec::mul(vec::load(acc + 2 * d_v, vl), alpha[2], vl);
     if constexpr (NH > 3) a3 = vec::mul(vec::load(acc + 3 * d_v, vl), alpha[3], vl);
-    // Two tokens per trip halve the loop bookkeeping; each head still adds
-    // the tokens in order.
-    size_t i = 0;
-    for (; i + 2 <= n; i += 2, probs += 2 * NH) {
-      const VF v = Words::load(reinterpret_cast<const KvElem*>(static_cast<uintptr_t>(rows[i])), vl);
-      const VF v_next = Words::load(reinterpret_cast<const KvElem*>(static_cast<uintptr_t>(rows[i + 1])), vl);
-      fma_heads<NH>(a0, a1, a2, a3, probs, v, vl);
-      fma_heads<NH>(a0, a1, a2, a3, probs + NH, v_next, vl);
+    if (n >= 2) {
+      VF v0 = Words::load(row_ptr(rows[0]), vl), v1 = Words::load(row_ptr(rows[1]), vl);
+      size_t i = 0;
+      for (; i + 4 <= n; i += 2, probs += 2 * NH) {
+        // Every scalar operand first, so no FMA waits on its load.
+        const KvElem* row0 = row_ptr(rows[i + 2]);
+        const KvElem* row1 = row_ptr(rows[i + 3]);
+        float p[2 * kPassHeads];
+        for (int k = 0; k < 2 * NH; ++k) p[k] = probs[k];
+        const typename Words::Raw next0 = Words::fetch(row0, vl);
+        fma_head<0, NH>(a0, p, v0, vl);
+        const typename Words::Raw next1 = Words::fetch(row1, vl);
+        fma_head<1, NH>(a1, p, v0, vl);
+        const typename Words::Half half0 = Words::widen_first(next0, vl);
+        fma_head<2, NH>(a2, p, v0, vl);
+        fma_head<3, NH>(a3, p, v0, vl);
+        v0 = Words::widen_last(half0, vl);
+        fma_head<0, NH>(a0, p + NH, v1, vl);
+        const typename Words::Half half1 = Words::widen_first(next1, vl);
+        fma_head<1, NH>(a1, p + NH, v1, vl);
+        fma_head<2, NH>(a2, p + NH, v1, vl);
+        fma_head<3, NH>(a3, p + NH, v1, vl);
+        v1 = Words::widen_last(half1, vl);
+      }
+      // Tokens i and i + 1 are widened; at most one is left after them.
+      fma_heads<NH>(a0, a1, a2, a3, probs, v0, vl);
+      fma_heads<NH>(a0, a1, a2, a3, probs + NH, v1, vl);
+      probs += 2 * NH;
+      rows += i + 2;
+      n -= i + 2;
     }
-    if (i < n) {
-      const VF v = Words::load(reinterpret_cast<const KvElem*>(static_cast<uintptr_t>(rows[i])), vl);
-      fma_heads<NH>(a0, a1, a2, a3, probs, v, vl);
-    }
+    if (n == 1) fma_heads<NH>(a0, a1, a2, a3, probs, Words::load(row_ptr(rows[0]), vl), vl);
     store_heads<NH>(acc, static_cast<size_t>(d_v), a0, a1, a2, a3, vl);
+  }
+
+  static const KvElem* row_ptr(int64_t address) {
+    return reinterpret_cast<const KvElem*>(static_cast<uintptr_t>(address));
   }
 
   template <typename Idx>

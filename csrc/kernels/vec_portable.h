@@ -224,6 +224,11 @@ struct KvWords<T, true> {
     return r;
   }
   static VF load(const int8_t* p, size_t vl) { return Int8Traits::load(p, vl); }
+  using Raw = VF;  // the row is widened as it is fetched
+  using Half = VF;
+  static Raw fetch(const int8_t* p, size_t vl) { return load(p, vl); }
+  static Half widen_first(const Raw& x, size_t) { return x; }
+  static VF widen_last(const Half& x, size_t) { return x; }
 };
 template <DType T>
 struct KvWords<T, false> {
@@ -238,6 +243,11 @@ struct KvWords<T, false> {
     return r;
   }
   static VF load(const typename Traits<T>::Elem* p, size_t vl) { return Traits<T>::load(p, vl); }
+  using Raw = VF;  // the row is widened as it is fetched
+  using Half = VF;
+  static Raw fetch(const typename Traits<T>::Elem* p, size_t vl) { return load(p, vl); }
+  static Half widen_first(const Raw& x, size_t) { return x; }
+  static VF widen_last(const Half& x, size_t) { return x; }
 };
 
 }  // namespace vec

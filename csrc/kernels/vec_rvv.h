@@ -101,8 +101,8 @@ namespace detail {
 inline VF widen_bf16(vuint16m2_t h, size_t vl) {
   return __riscv_vreinterpret_v_u32m4_f32m4(__riscv_vsll_vx_u32m4(__riscv_vzext_vf2_u32m4(h, vl), 16, vl));
 }
-inline VF widen_f16(vuint16m2_t h, size_t vl) {
-  const vuint32m4_t w = __riscv_vzext_vf2_u32m4(h, vl);
+// The f16 bits zero-extended to 32-bit words, as float32.
+inline VF widen_f16_words(vuint32m4_t w, size_t vl) {
   const vuint32m4_t sign = __riscv_vsll_vx_u32m4(__riscv_vand_vx_u32m4(w, 0x8000u, vl), 16, vl);
   const vuint32m4_t mag = __riscv_vsll_vx_u32m4(__riscv_vand_vx_u32m4(w, 0x7fffu, vl), 13, vl);
   vuint32m4_t bits =
@@ -111,6 +111,7 @@ inline VF widen_f16(vuint16m2_t h, size_t vl) {
                                   __riscv_vmsgeu_vx_u32m4_b8(mag, 0x0f800000u, vl), vl);
   return __riscv_vreinterpret_v_u32m4_f32m4(__riscv_vor_vv_u32m4(bits, sign, vl));
 }
+inline VF widen_f16(vuint16m2_t h, size_t vl) { return widen_f16_words(__riscv_vzext_vf2_u32m4(h, vl), vl); }
 inline vuint16m2_t narrow_bf16(VF x, size_t vl) {
   const vuint32m4_t u = __riscv_vreinterpret_v_f32m4_u32m4(x);
   const vuint32m4_t lsb = __riscv_vand_vx_u32m4(__riscv_vsrl_vx_u32m4(u, 16, vl), 1u, vl);
@@ -275,9 +276,12 @@ struct KvWords<T, true> {
   static VF col(VWord w, size_t vl) {
     return detail::word_i8<K>(w, vl);
   }
-  static VF load(const int8_t* p, size_t vl) {
-    return __riscv_vfcvt_f_x_v_f32m4(__riscv_vsext_vf4_i32m4(__riscv_vle8_v_i8m1(p, vl), vl), vl);
-  }
+  static VF load(const int8_t* p, size_t vl) { return widen_last(widen_first(fetch(p, vl), vl), vl); }
+  using Raw = vint8m1_t;
+  using Half = vint32m4_t;
+  static Raw fetch(const int8_t* p, size_t vl) { return __riscv_vle8_v_i8m1(p, vl); }
+  static Half widen_first(Raw b, size_t vl) { return __riscv_vsext_vf4_i32m4(b, vl); }
+  static VF widen_last(Half x, size_t vl) { return __riscv_vfcvt_f_x_v_f32m4(x, vl); }
 };
 template <>
 struct KvWords<DType::BFloat16, false> {
@@ -289,6 +293,11 @@ struct KvWords<DType::BFloat16, false> {
     else return detail::word_as_f32(__riscv_vand_vx_u32m4(w, 0xffff0000u, vl));
   }
   static VF load(const uint16_t* p, size_t vl) { return Traits<DType::BFloat16>::load(p, vl); }
+  using Raw = vuint16m2_t;
+  using Half = vuint32m4_t;
+  static Raw fetch(const uint16_t* p, size_t vl) { return __riscv_vle16_v_u16m2(p, vl); }
+  static Half widen_first(Raw h, size_t vl) { return __riscv_vzext_vf2_u32m4(h, vl); }
+  static VF widen_last(Half w, size_t vl) { return detail::word_as_f32(__riscv_vsll_vx_u32m4(w, 16, vl)); }
 };
 template <>
 struct KvWords<DType::Float16, false> {
@@ -298,6 +307,11 @@ struct KvWords<DType::Float16, false> {
     return detail::widen_f16(__riscv_vnsrl_wx_u16m2(w, 16 * K, vl), vl);
   }
   static VF load(const uint16_t* p, size_t vl) { return Traits<DType::Float16>::load(p, vl); }
+  using Raw = vuint16m2_t;
+  using Half = vuint32m4_t;
+  static Raw fetch(const uint16_t* p, size_t vl) { return __riscv_vle16_v_u16m2(p, vl); }
+  static Half widen_first(Raw h, size_t vl) { return __riscv_vzext_vf2_u32m4(h, vl); }
+  static VF widen_last(Half w, size_t vl) { return detail::widen_f16_words(w, vl); }
 };
 template <>
 struct KvWords<DType::Float32, false> {
@@ -307,6 +321,11 @@ struct KvWords<DType::Float32, false> {
     return detail::word_as_f32(w);
   }
   static VF load(const float* p, size_t vl) { return Traits<DType::Float32>::load(p, vl); }
+  using Raw = VF;
+  using Half = VF;
+  static Raw fetch(const float* p, size_t vl) { return load(p, vl); }
+  static Half widen_first(Raw x, size_t) { return x; }
+  static VF widen_last(Half x, size_t) { return x; }
 };
 
 }  // namespace vec
