@@ -177,15 +177,7 @@ struct Decode {
   // acc_h = acc_h * alpha_h + sum_i probs[i][h] * V[token i][c : c + vl) for
   // the NH heads of a pass; rows[i] addresses V[token i][c]. acc is the
   // pass's first head's chunk, probs its [kBlockN][NH] table, alpha starts
-  // at its first head.
-  //
-  // Software-pipelined over pairs of tokens: while the FMAs of tokens i and
-  // i + 1 run, the rows of tokens i + 2 and i + 3 are fetched and widened,
-  // each widening step placed between FMAs. An in-order core (the X60's
-  // scheduling model) stalls an FMA that waits on a widening issued just
-  // before it, and this order keeps the FMA unit busy instead; it is also
-  // the same instructions as the plain loop, so the instruction count does
-  // not change. Each head still adds the tokens in order.
+  // at its first head. Each head adds the tokens in order.
   template <int NH>
   static void accumulate_pv(const int64_t* rows, const float* probs, size_t n, float* acc, int64_t d_v,
                             const float* alpha, size_t vl) {
@@ -193,39 +185,59 @@ struct Decode {
     if constexpr (NH > 1) a1 = vec::mul(vec::load(acc + d_v, vl), alpha[1], vl);
     if constexpr (NH > 2) a2 = vec::mul(vec::load(acc + 2 * d_v, vl), alpha[2], vl);
     if constexpr (NH > 3) a3 = vec::mul(vec::load(acc + 3 * d_v, vl), alpha[3], vl);
-    if (n >= 2) {
-      VF v0 = Words::load(row_ptr(rows[0]), vl), v1 = Words::load(row_ptr(rows[1]), vl);
-      size_t i = 0;
-      for (; i + 4 <= n; i += 2, probs += 2 * NH) {
-        // Every scalar operand first, so no FMA waits on its load.
-        const KvElem* row0 = row_ptr(rows[i + 2]);
-        const KvElem* row1 = row_ptr(rows[i + 3]);
-        float p[2 * kPassHeads];
-        for (int k = 0; k < 2 * NH; ++k) p[k] = probs[k];
-        const typename Words::Raw next0 = Words::fetch(row0, vl);
-        fma_head<0, NH>(a0, p, v0, vl);
-        const typename Words::Raw next1 = Words::fetch(row1, vl);
-        fma_head<1, NH>(a1, p, v0, vl);
-        const typename Words::Half half0 = Words::widen_first(next0, vl);
-        fma_head<2, NH>(a2, p, v0, vl);
-        fma_head<3, NH>(a3, p, v0, vl);
-        v0 = Words::widen_last(half0, vl);
-        fma_head<0, NH>(a0, p + NH, v1, vl);
-        const typename Words::Half half1 = Words::widen_first(next1, vl);
-        fma_head<1, NH>(a1, p + NH, v1, vl);
-        fma_head<2, NH>(a2, p + NH, v1, vl);
-        fma_head<3, NH>(a3, p + NH, v1, vl);
-        v1 = Words::widen_last(half1, vl);
-      }
-      // Tokens i and i + 1 are widened; at most one is left after them.
-      fma_heads<NH>(a0, a1, a2, a3, probs, v0, vl);
-      fma_heads<NH>(a0, a1, a2, a3, probs + NH, v1, vl);
-      probs += 2 * NH;
-      rows += i + 2;
-      n -= i + 2;
+    size_t i = 0;
+    if constexpr (vec::kStagedWidening) {
+      i = accumulate_pv_staged<NH>(rows, probs, n, a0, a1, a2, a3, vl);
+      probs += i * NH;
     }
-    if (n == 1) fma_heads<NH>(a0, a1, a2, a3, probs, Words::load(row_ptr(rows[0]), vl), vl);
+    // Two tokens per trip halve the loop bookkeeping.
+    for (; i + 2 <= n; i += 2, probs += 2 * NH) {
+      const VF v = Words::load(row_ptr(rows[i]), vl);
+      const VF v_next = Words::load(row_ptr(rows[i + 1]), vl);
+      fma_heads<NH>(a0, a1, a2, a3, probs, v, vl);
+      fma_heads<NH>(a0, a1, a2, a3, probs + NH, v_next, vl);
+    }
+    if (i < n) fma_heads<NH>(a0, a1, a2, a3, probs, Words::load(row_ptr(rows[i]), vl), vl);
     store_heads<NH>(acc, static_cast<size_t>(d_v), a0, a1, a2, a3, vl);
+  }
+
+  // accumulate_pv's loop software-pipelined over pairs of tokens, for the
+  // variants where that helps (vec::kStagedWidening): while the FMAs of
+  // tokens i and i + 1 run, the rows of tokens i + 2 and i + 3 are fetched
+  // and widened, each widening step placed between FMAs. An in-order core
+  // stalls an FMA that waits on a widening issued just before it, and this
+  // order keeps the FMA unit busy instead, with the same instructions.
+  // Returns how many tokens it added: all but at most one (none if n < 2).
+  template <int NH>
+  static size_t accumulate_pv_staged(const int64_t* rows, const float* probs, size_t n, VF& a0, VF& a1, VF& a2,
+                                     VF& a3, size_t vl) {
+    if (n < 2) return 0;
+    VF v0 = Words::load(row_ptr(rows[0]), vl), v1 = Words::load(row_ptr(rows[1]), vl);
+    size_t i = 0;
+    for (; i + 4 <= n; i += 2, probs += 2 * NH) {
+      // Every scalar operand first, so no FMA waits on its load.
+      const KvElem* row0 = row_ptr(rows[i + 2]);
+      const KvElem* row1 = row_ptr(rows[i + 3]);
+      float p[2 * kPassHeads];
+      for (int k = 0; k < 2 * NH; ++k) p[k] = probs[k];
+      const typename Words::Raw next0 = Words::fetch(row0, vl);
+      fma_head<0, NH>(a0, p, v0, vl);
+      const typename Words::Raw next1 = Words::fetch(row1, vl);
+      fma_head<1, NH>(a1, p, v0, vl);
+      const typename Words::Half half0 = Words::widen_first(next0, vl);
+      fma_head<2, NH>(a2, p, v0, vl);
+      fma_head<3, NH>(a3, p, v0, vl);
+      v0 = Words::widen_last(half0, vl);
+      fma_head<0, NH>(a0, p + NH, v1, vl);
+      const typename Words::Half half1 = Words::widen_first(next1, vl);
+      fma_head<1, NH>(a1, p + NH, v1, vl);
+      fma_head<2, NH>(a2, p + NH, v1, vl);
+      fma_head<3, NH>(a3, p + NH, v1, vl);
+      v1 = Words::widen_last(half1, vl);
+    }
+    fma_heads<NH>(a0, a1, a2, a3, probs, v0, vl);
+    fma_heads<NH>(a0, a1, a2, a3, probs + NH, v1, vl);
+    return i + 2;
   }
 
   static const KvElem* row_ptr(int64_t address) {

@@ -84,7 +84,13 @@
 //                            Traits/Int8Traits load); load(p, vl) a cache
 //                            row segment widened to float32 with every step
 //                            at the float32 register group (int8: vsext.vf4
-//                            + vfcvt).
+//                            + vfcvt); the same in three steps, so a caller
+//                            can spread them between other work (Raw r =
+//                            fetch(p, vl); Half h = widen_first(r, vl);
+//                            VF x = widen_last(h, vl)): an in-order core
+//                            stalls an instruction that waits on a widening
+//                            issued just before it; kStagedWidening says
+//                            whether the decode kernel does that.
 #pragma once
 
 #include <cmath>

@@ -21,6 +21,15 @@ namespace RVV_ATTN_NS {
 namespace vec {
 
 using VF = vfloat32m4_t;
+
+// Whether the decode kernel's P.V spreads each V row's widening between the
+// FMAs of other rows (KvWords fetch / widen_first / widen_last). Measured on
+// the LLVM scheduling model of each VLEN's benchmark core, decode bf16 at
+// 4,096 tokens: -15% cycles on the SpacemiT X60 (VLEN 256, in order) for
+// +1.6% instructions; at VLEN 128 (SiFive P670, out of order) -0.2% cycles
+// for +3% instructions, and +0.2% / +3.6% cycles on the X280 (512) and the
+// X390 (1024), whose plain loop already overlaps the widening.
+constexpr bool kStagedWidening = RVV_ATTN_VLEN == 256;
 using VIdx = vuint64m8_t;
 using VMask = vbool8_t;
 
