@@ -206,7 +206,8 @@ struct Decode {
   // tokens i and i + 1 run, the rows of tokens i + 2 and i + 3 are fetched
   // and widened, each widening step placed between FMAs. An in-order core
   // stalls an FMA that waits on a widening issued just before it, and this
-  // order keeps the FMA unit busy instead, with the same instructions.
+  // order keeps the FMA unit busy instead, with the same vector
+  // instructions (the bookkeeping adds 1.6% at VLEN 256).
   // Returns how many tokens it added: all but at most one (none if n < 2).
   template <int NH>
   static size_t accumulate_pv_staged(const int64_t* rows, const float* probs, size_t n, VF& a0, VF& a1, VF& a2,
