@@ -210,8 +210,8 @@ struct Decode {
   // instructions (the bookkeeping adds 1.6% at VLEN 256).
   // Returns how many tokens it added: all but at most one (none if n < 2).
   template <int NH>
-  static size_t accumulate_pv_staged(const int64_t* rows, const float* probs, size_t n, VF& a0, VF& a1, VF& a2,
-                                     VF& a3, size_t vl) {
+  static size_t accumulate_pv_staged(const int64_t* rows, const float* probs, size_t n, VF& a0, VF& a1, VF& a2, VF& a3,
+                                     size_t vl) {
     if (n < 2) return 0;
     VF v0 = Words::load(row_ptr(rows[0]), vl), v1 = Words::load(row_ptr(rows[1]), vl);
     size_t i = 0;
