@@ -218,8 +218,19 @@ inline VWord gather_words(const void* base, const VIdx& off, size_t vl) {
   return r;
 }
 
+// KvWords' three widening steps: a row is widened as it is fetched, so the
+// other two steps pass it through.
+template <typename Tr>
+struct WidenedOnFetch {
+  using Raw = VF;
+  using Half = VF;
+  static Raw fetch(const typename Tr::Elem* p, size_t vl) { return Tr::load(p, vl); }
+  static Half widen_first(const Raw& x, size_t) { return x; }
+  static VF widen_last(const Half& x, size_t) { return x; }
+};
+
 template <DType T>
-struct KvWords<T, true> {
+struct KvWords<T, true> : WidenedOnFetch<Int8Traits> {
   static constexpr int kCols = 4;
   template <int K>
   static VF col(const VWord& w, size_t vl) {
@@ -228,14 +239,9 @@ struct KvWords<T, true> {
     return r;
   }
   static VF load(const int8_t* p, size_t vl) { return Int8Traits::load(p, vl); }
-  using Raw = VF;  // the row is widened as it is fetched
-  using Half = VF;
-  static Raw fetch(const int8_t* p, size_t vl) { return load(p, vl); }
-  static Half widen_first(const Raw& x, size_t) { return x; }
-  static VF widen_last(const Half& x, size_t) { return x; }
 };
 template <DType T>
-struct KvWords<T, false> {
+struct KvWords<T, false> : WidenedOnFetch<Traits<T>> {
   static constexpr int kCols = T == DType::Float32 ? 1 : 2;
   template <int K>
   static VF col(const VWord& w, size_t vl) {
@@ -247,11 +253,6 @@ struct KvWords<T, false> {
     return r;
   }
   static VF load(const typename Traits<T>::Elem* p, size_t vl) { return Traits<T>::load(p, vl); }
-  using Raw = VF;  // the row is widened as it is fetched
-  using Half = VF;
-  static Raw fetch(const typename Traits<T>::Elem* p, size_t vl) { return load(p, vl); }
-  static Half widen_first(const Raw& x, size_t) { return x; }
-  static VF widen_last(const Half& x, size_t) { return x; }
 };
 
 }  // namespace vec
