@@ -36,6 +36,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <limits>
+#include <type_traits>
 
 #include "kernels/kernel_api.h"
 #include "kernels/variant.h"
@@ -142,6 +143,9 @@ struct Decode {
   // out[h][i] = sum_d q[d][h] * K[token i][d]. q is the pass's [D][NH] table.
   template <int NH, typename Idx>
   static void scores_by_words(const char* k_rows, Idx off, int64_t words, const float* q, size_t n, float* out) {
+    if constexpr (vec::kColumnsAhead<T> && std::is_same_v<Idx, vec::VIdx32>) {
+      if (words > 0) return scores_by_words_ahead<NH>(k_rows, off, words, q, n, out);
+    }
     VF s0 = vec::zeros(), s1 = vec::zeros(), s2 = vec::zeros(), s3 = vec::zeros();
     // Two words per trip halve the loop bookkeeping (columns stay in order).
     for (const char* pairs_end = k_rows + 8 * (words / 2); k_rows != pairs_end; k_rows += 8, q += 2 * kCols * NH) {
@@ -150,6 +154,66 @@ struct Decode {
     }
     if (words % 2 != 0) add_word<NH>(s0, s1, s2, s3, q, vec::gather_words(k_rows, off, n), n);
     store_heads<NH>(out, kBlockN, s0, s1, s2, s3, n);
+  }
+
+  // scores_by_words software-pipelined for the variants where that helps
+  // (vec::kColumnsAhead): each column is widened one column ahead of the
+  // FMAs that use it, and the next word is gathered as soon as the current
+  // word's last column is out, so on an in-order core no FMA waits on the
+  // widening or the gather just before it. Same FMAs in the same order.
+  // words >= 1.
+  template <int NH>
+  static void scores_by_words_ahead(const char* k_rows, vec::VIdx32 off, int64_t words, const float* q, size_t n,
+                                    float* out) {
+    VF s0 = vec::zeros(), s1 = vec::zeros(), s2 = vec::zeros(), s3 = vec::zeros();
+    vec::VWord w = vec::gather_words(k_rows, off, n);
+    VF column = Words::template col<0>(w, n);
+    const char* const last = k_rows + 4 * (words - 1);
+    // Two words per trip halve the loop bookkeeping.
+    for (; k_rows + 4 < last; k_rows += 8, q += 2 * kCols * NH) {
+      add_word_ahead<NH, true>(s0, s1, s2, s3, q, w, column, k_rows + 4, off, n);
+      add_word_ahead<NH, true>(s0, s1, s2, s3, q + kCols * NH, w, column, k_rows + 8, off, n);
+    }
+    if (k_rows != last) {
+      add_word_ahead<NH, true>(s0, s1, s2, s3, q, w, column, k_rows + 4, off, n);
+      q += kCols * NH;
+    }
+    add_word_ahead<NH, false>(s0, s1, s2, s3, q, w, column, nullptr, off, n);
+    store_heads<NH>(out, kBlockN, s0, s1, s2, s3, n);
+  }
+
+  // The kCols columns of word w into the NH scores, its column 0 already in
+  // `column`; if Next, gathers the word at `next` into w and leaves its
+  // column 0 in `column`. Always inlined, so w and column are registers
+  // before the loop is optimised: otherwise clang-19 keeps column in a stack
+  // slot, a store and a reload per word.
+  template <int NH, bool Next>
+  __attribute__((always_inline)) static inline void add_word_ahead(VF& s0, VF& s1, VF& s2, VF& s3, const float* q,
+                                                                   vec::VWord& w, VF& column, const char* next,
+                                                                   vec::VIdx32 off, size_t n) {
+    float p[kCols * kPassHeads];  // every scalar first, so no FMA waits on its load
+    for (int k = 0; k < kCols * NH; ++k) p[k] = q[k];
+    if constexpr (kCols == 1) {
+      if constexpr (Next) w = vec::gather_words(next, off, n);
+      fma_heads<NH>(s0, s1, s2, s3, p, column, n);
+      if constexpr (Next) column = Words::template col<0>(w, n);
+    } else {
+      VF other = Words::template col<1>(w, n);
+      if constexpr (kCols == 2 && Next) w = vec::gather_words(next, off, n);
+      fma_heads<NH>(s0, s1, s2, s3, p, column, n);
+      if constexpr (kCols == 2) {
+        if constexpr (Next) column = Words::template col<0>(w, n);
+        fma_heads<NH>(s0, s1, s2, s3, p + NH, other, n);
+      } else {
+        column = Words::template col<2>(w, n);
+        fma_heads<NH>(s0, s1, s2, s3, p + NH, other, n);
+        other = Words::template col<3>(w, n);
+        if constexpr (Next) w = vec::gather_words(next, off, n);
+        fma_heads<NH>(s0, s1, s2, s3, p + 2 * NH, column, n);
+        if constexpr (Next) column = Words::template col<0>(w, n);
+        fma_heads<NH>(s0, s1, s2, s3, p + 3 * NH, other, n);
+      }
+    }
   }
 
   // The kCols columns of one gathered word into the NH scores.

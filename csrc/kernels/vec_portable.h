@@ -27,6 +27,8 @@ struct VF {
 // Scalar loops have no vector latencies to hide, and copying the staged
 // rows' arrays costs instructions (3-6% more in the portable decode).
 constexpr bool kStagedWidening = false;
+template <DType T>
+constexpr bool kColumnsAhead = false;
 struct VIdx {
   int64_t v[kLanes];
 };
