@@ -143,7 +143,7 @@ struct Decode {
   // out[h][i] = sum_d q[d][h] * K[token i][d]. q is the pass's [D][NH] table.
   template <int NH, typename Idx>
   static void scores_by_words(const char* k_rows, Idx off, int64_t words, const float* q, size_t n, float* out) {
-    if constexpr (vec::kColumnsAhead<T> && std::is_same_v<Idx, vec::VIdx32>) {
+    if constexpr (vec::kColumnsAhead<T, Q8> && std::is_same_v<Idx, vec::VIdx32>) {
       if (words > 0) return scores_by_words_ahead<NH>(k_rows, off, words, q, n, out);
     }
     VF s0 = vec::zeros(), s1 = vec::zeros(), s2 = vec::zeros(), s3 = vec::zeros();

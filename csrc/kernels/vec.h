@@ -90,7 +90,12 @@
 //                            VF x = widen_last(h, vl)): an in-order core
 //                            stalls an instruction that waits on a widening
 //                            issued just before it; kStagedWidening says
-//                            whether the decode kernel does that.
+//                            whether the decode kernel does that;
+//   kColumnsAhead<T, Q8>     whether the decode kernel's Q.K widens each
+//                            column one column ahead of its FMAs and
+//                            gathers the next word early, for the same
+//                            reason (both measured per variant, in the
+//                            backend headers).
 #pragma once
 
 #include <cmath>

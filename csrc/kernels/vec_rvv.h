@@ -32,12 +32,15 @@ using VF = vfloat32m4_t;
 constexpr bool kStagedWidening = RVV_ATTN_VLEN == 256;
 // Whether the decode kernel's Q.K widens each K column one column ahead of
 // its FMAs and gathers the next K word as soon as the current one is taken
-// apart (Decode::scores_by_words_ahead). Measured on the X60 model, decode
-// at 4,096 tokens: bf16 -5.1% cycles for +0.7% instructions, int8 -2.5%.
-// Not for f16, whose software widening needs more registers than the
-// pipeline leaves, and spills.
-template <DType T>
-constexpr bool kColumnsAhead = RVV_ATTN_VLEN == 256 && T != DType::Float16;
+// apart (Decode::scores_by_words_ahead). Measured on each VLEN's benchmark
+// core, decode at 4,096 tokens, cycles (instructions): bf16 -5.1% (+0.7%)
+// on the X60, -1.1% (+0.1%) on the P670, -2.4% (+0.4%) on the X280, -1.7%
+// (+0.6%) on the X390; int8 -2.5% (+0.1%) on the X60 and -1.1% (+0.4%) on
+// the X390, but +0.1% on the P670 and the X280, so not there. Not for f16,
+// whose software widening needs more registers than the pipeline leaves,
+// and spills.
+template <DType T, bool Q8>
+constexpr bool kColumnsAhead = Q8 ? RVV_ATTN_VLEN == 256 || RVV_ATTN_VLEN == 1024 : T != DType::Float16;
 using VIdx = vuint64m8_t;
 using VMask = vbool8_t;
 
