@@ -442,13 +442,18 @@ struct Decode {
       }
 
       // acc = acc * alpha + P . V, V read straight from the cache rows: per
-      // chunk of Dv the block's row addresses, then each pass of heads.
-      for (int64_t c = 0; c < d_v;) {
+      // chunk of Dv the block's row addresses (computed for the first chunk,
+      // then moved on by the chunk's width), then each pass of heads.
+      vec::store_offsets(sc.rows,
+                         vec::row_offsets(slots, map64, p.v_stride_t * esz,
+                                          static_cast<int64_t>(reinterpret_cast<uintptr_t>(v_rows)), n),
+                         n);
+      for (int64_t c = 0, rows_at = 0; c < d_v;) {  // rows_at: the column sc.rows addresses
         const size_t vl = vec::setvl(static_cast<size_t>(d_v - c));
-        vec::store_offsets(sc.rows,
-                           vec::row_offsets(slots, map64, p.v_stride_t * esz,
-                                            static_cast<int64_t>(reinterpret_cast<uintptr_t>(v_rows + c * esz)), n),
-                           n);
+        if (c != rows_at) {
+          vec::add_to_offsets(sc.rows, (c - rows_at) * esz, n);
+          rows_at = c;
+        }
         for (int64_t g0 = 0; g0 < group; g0 += kPassHeads) {
           pass_pv(std::min(kPassHeads, group - g0), sc.rows, sc.probs + g0 * kBlockN, n, sc.acc + g0 * d_v + c, d_v,
                   sc.alpha + g0, vl);

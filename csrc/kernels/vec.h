@@ -49,7 +49,9 @@
 //   strided_offsets(step_bytes, base_bytes, vl)
 //       base_bytes + i * step_bytes for i < vl: the rows of a contiguous
 //       run of tokens (the new tokens' K rows), for Traits::gather;
-//   store_offsets(dst, off, vl).
+//   store_offsets(dst, off, vl);
+//   add_to_offsets(dst, bytes, vl)  dst[i] += bytes for i < vl (a stored
+//       block's rows moved on to the next chunk of columns).
 // Dtypes go through Traits<DType>: load a row segment widened to float32,
 // gather rows through byte offsets, store with round-to-nearest-even
 // narrowing; to_f32 for one element. Int8Traits does the same for an int8

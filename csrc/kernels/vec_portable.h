@@ -96,6 +96,9 @@ inline VIdx row_offsets(const void* map, bool map_is_int64, int64_t row_bytes, i
 inline void store_offsets(int64_t* dst, const VIdx& off, size_t vl) {
   for (size_t i = 0; i < vl; ++i) dst[i] = off.v[i];
 }
+inline void add_to_offsets(int64_t* dst, int64_t bytes, size_t vl) {
+  for (size_t i = 0; i < vl; ++i) dst[i] += bytes;
+}
 
 template <typename E, float (*Widen)(E), E (*Narrow)(float)>
 struct PortableTraits {

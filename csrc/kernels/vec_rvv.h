@@ -114,6 +114,9 @@ inline VIdx row_offsets(const void* map, bool map_is_int64, int64_t row_bytes, i
 inline void store_offsets(int64_t* dst, VIdx off, size_t vl) {
   __riscv_vse64_v_i64m8(dst, __riscv_vreinterpret_v_u64m8_i64m8(off), vl);
 }
+inline void add_to_offsets(int64_t* dst, int64_t bytes, size_t vl) {
+  __riscv_vse64_v_i64m8(dst, __riscv_vadd_vx_i64m8(__riscv_vle64_v_i64m8(dst, vl), bytes, vl), vl);
+}
 
 // ---------------------------------------------------------------------------
 // Dtypes: widening loads and gathers, RNE narrowing stores.
