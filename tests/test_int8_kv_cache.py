@@ -359,6 +359,22 @@ def test_decode_bad_input_raises_and_writes_nothing(kernel_variant, name):
         t.run(**change)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=str)
+@pytest.mark.parametrize("value", [NAN, float("-inf")], ids=["nan", "-inf"])
+@pytest.mark.parametrize("where", ["first", "past the first vector", "last"])
+def test_a_non_finite_new_element_anywhere_is_found(kernel_variant, dtype, value, where):
+    # Rows of 80 and 72 elements span several vectors at every VLEN; the
+    # scan must name the exact element and the call write nothing.
+    t = int8_decode([3, 7], 4, 2, 80, 72, dtype, DYN, DYN, splits=2, seed=8)
+    name = "value" if where == "last" else "key"
+    tensor = getattr(t.case, name).clone()
+    b, h, d = {"first": (0, 0, 0), "past the first vector": (1, 0, 45), "last": (1, 1, 71)}[where]
+    tensor[b, h, d] = value
+    shown = "nan" if value != value else "-inf"
+    with pytest.raises(RuntimeError, match=rf"{name}\[{b}, {h}, {d}\] = {shown} is not finite"):
+        t.run(**{name: tensor})
+
+
 def test_decode_int8_input_needs_a_valid_scale_at_its_own_slot(kernel_variant):
     # int8 rows come with caller-provided scales: a missing one is an error
     # (a float row would have had its scale computed).

@@ -205,6 +205,18 @@ struct ScaleScanParams {
   int64_t stride_t, stride_h, heads;
 };
 
+// Rows of float new keys or values about to be quantized into an int8
+// cache: row rows[i] (row i when rows is null) for i < count, each with
+// ``heads`` vectors of ``dim`` contiguous elements of ``dtype`` at strides
+// stride_t, stride_h (in elements).
+struct FiniteScanParams {
+  DType dtype;
+  const void* data;
+  const int64_t* rows;
+  int64_t count;
+  int64_t stride_t, stride_h, heads, dim;
+};
+
 // One compiled variant: the portable build or an RVV build for one VLEN.
 struct KernelTable {
   const char* name;  // "portable", "vlen256", ...
@@ -221,6 +233,9 @@ struct KernelTable {
   // Index of the first entry of the run with a scale (any head) that is not
   // finite and > 0 (NaN included); ``count`` when every scale is usable.
   int64_t (*first_unusable_scale)(const ScaleScanParams&);
+  // Position (i * heads + h) * dim + d of the first element (in that order)
+  // that is not finite (inf or NaN); -1 when every element is finite.
+  int64_t (*first_non_finite)(const FiniteScanParams&);
   // Tokens per decode KV block (one online-softmax step): tests aim at it.
   int64_t decode_block_tokens;
 };

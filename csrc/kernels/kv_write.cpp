@@ -168,6 +168,38 @@ int64_t first_unusable_scale(const rvv_attn::ScaleScanParams& p) {
   return p.count;
 }
 
+namespace {
+template <DType T>
+int64_t first_non_finite_typed(const rvv_attn::FiniteScanParams& p) {
+  using Elem = typename vec::Traits<T>::Elem;
+  const Elem* data = static_cast<const Elem*>(p.data);
+  for (int64_t i = 0; i < p.count; ++i) {
+    const int64_t row = p.rows != nullptr ? p.rows[i] : i;
+    for (int64_t h = 0; h < p.heads; ++h) {
+      const Elem* x = data + row * p.stride_t + h * p.stride_h;
+      for (int64_t d = 0; d < p.dim;) {
+        const size_t vl = vec::setvl(static_cast<size_t>(p.dim - d));
+        const int64_t lane = vec::first_non_finite(vec::Traits<T>::load(x + d, vl), vl);
+        if (lane >= 0) return (i * p.heads + h) * p.dim + d + lane;
+        d += static_cast<int64_t>(vl);
+      }
+    }
+  }
+  return -1;
+}
+}  // namespace
+
+// The widened values (exact for every dtype, inf and NaN included), a
+// vector at a time.
+int64_t first_non_finite(const rvv_attn::FiniteScanParams& p) {
+  switch (p.dtype) {
+    case DType::Float32: return first_non_finite_typed<DType::Float32>(p);
+    case DType::BFloat16: return first_non_finite_typed<DType::BFloat16>(p);
+    case DType::Float16: return first_non_finite_typed<DType::Float16>(p);
+    default: return -1;  // not a float dtype: nothing to check
+  }
+}
+
 void write_kv_int8(const rvv_attn::KvQuantWriteParams& p, const rvv_attn::ThreadPool& pool) {
   if (p.kv.batch == 0 || p.kv.heads_kv == 0) return;
   if (p.src_int8) {

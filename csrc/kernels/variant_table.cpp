@@ -16,6 +16,7 @@ int64_t extend_arena_bytes(int64_t head_dim, int64_t head_dim_v);
 void extend_attention(const rvv_attn::ExtendParams&, const rvv_attn::ThreadPool&);
 void write_kv_int8(const rvv_attn::KvQuantWriteParams&, const rvv_attn::ThreadPool&);
 int64_t first_unusable_scale(const rvv_attn::ScaleScanParams&);
+int64_t first_non_finite(const rvv_attn::FiniteScanParams&);
 
 const rvv_attn::KernelTable& kernel_table() {
   static const rvv_attn::KernelTable table{
@@ -28,6 +29,7 @@ const rvv_attn::KernelTable& kernel_table() {
       &extend_attention,
       &write_kv_int8,
       &first_unusable_scale,
+      &first_non_finite,
       static_cast<int64_t>(vec::kBlockN),
   };
   return table;

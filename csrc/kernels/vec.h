@@ -37,6 +37,7 @@
 //                            a vsetvli switch next to every load;
 //   mul(x, a | y, vl), sub(x, a | y, vl), abs(x, vl), div(x, a, vl);
 //   reduce_max(x, vl)        NaNs skipped (as vfredmax does); reduce_sum;
+//   first_non_finite(x, vl)  the first lane < vl holding inf or NaN, or -1;
 //   exp(x, vl)               exp_scalar lane by lane (see kExpLo below);
 //   exp_nonpositive(x, vl)   exp(x) for x <= 0 or NaN (softmax's s - max),
 //                            bit for bit, in fewer instructions;

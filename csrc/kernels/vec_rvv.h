@@ -54,6 +54,11 @@ inline VF mul(VF x, float a, size_t vl) { return __riscv_vfmul_vf_f32m4(x, a, vl
 inline VF sub(VF x, float a, size_t vl) { return __riscv_vfsub_vf_f32m4(x, a, vl); }
 inline VF sub(VF x, VF y, size_t vl) { return __riscv_vfsub_vv_f32m4(x, y, vl); }
 
+// The first lane i < vl whose value is inf or NaN (x - x is NaN exactly
+// there), or -1.
+inline int64_t first_non_finite(VF x, size_t vl) {
+  return __riscv_vfirst_m_b8(__riscv_vmfne_vf_f32m4_b8(__riscv_vfsub_vv_f32m4(x, x, vl), 0.0f, vl), vl);
+}
 inline float reduce_max(VF x, size_t vl) {
   const vfloat32m1_t init = __riscv_vfmv_s_f_f32m1(-std::numeric_limits<float>::infinity(), 1);
   return __riscv_vfmv_f_s_f32m1_f32(__riscv_vfredmax_vs_f32m4_f32m1(x, init, vl));
