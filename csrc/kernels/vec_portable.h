@@ -66,13 +66,13 @@ inline VF sub(VF x, const VF& y, size_t vl) {
   for (size_t i = 0; i < vl; ++i) x.v[i] -= y.v[i];
   return x;
 }
-// NaNs are skipped, as vfredmax does.
 inline int64_t first_non_finite(const VF& x, size_t vl) {
   for (size_t i = 0; i < vl; ++i) {
     if (!std::isfinite(x.v[i])) return static_cast<int64_t>(i);
   }
   return -1;
 }
+// NaNs are skipped, as vfredmax does.
 inline float reduce_max(const VF& x, size_t vl) {
   float m = -std::numeric_limits<float>::infinity();
   for (size_t i = 0; i < vl; ++i) m = x.v[i] > m ? x.v[i] : m;
