@@ -126,9 +126,11 @@ inline void add_to_offsets(int64_t* dst, int64_t bytes, size_t vl) {
 // ---------------------------------------------------------------------------
 // Dtypes: widening loads and gathers, RNE narrowing stores.
 namespace detail {
-inline VF widen_bf16(vuint16m2_t h, size_t vl) {
-  return __riscv_vreinterpret_v_u32m4_f32m4(__riscv_vsll_vx_u32m4(__riscv_vzext_vf2_u32m4(h, vl), 16, vl));
+// The bf16 bits zero-extended to 32-bit words, as float32.
+inline VF widen_bf16_words(vuint32m4_t w, size_t vl) {
+  return __riscv_vreinterpret_v_u32m4_f32m4(__riscv_vsll_vx_u32m4(w, 16, vl));
 }
+inline VF widen_bf16(vuint16m2_t h, size_t vl) { return widen_bf16_words(__riscv_vzext_vf2_u32m4(h, vl), vl); }
 // The f16 bits zero-extended to 32-bit words, as float32.
 inline VF widen_f16_words(vuint32m4_t w, size_t vl) {
   const vuint32m4_t sign = __riscv_vsll_vx_u32m4(__riscv_vand_vx_u32m4(w, 0x8000u, vl), 16, vl);
@@ -311,34 +313,34 @@ struct KvWords<T, true> {
   static Half widen_first(Raw b, size_t vl) { return __riscv_vsext_vf4_i32m4(b, vl); }
   static VF widen_last(Half x, size_t vl) { return __riscv_vfcvt_f_x_v_f32m4(x, vl); }
 };
-template <>
-struct KvWords<DType::BFloat16, false> {
-  static constexpr int kCols = 2;
-  // Little endian: column 2j is the low half of word j.
-  template <int K>
-  static VF col(VWord w, size_t vl) {
-    if constexpr (K == 0) return detail::word_as_f32(__riscv_vsll_vx_u32m4(w, 16, vl));
-    else return detail::word_as_f32(__riscv_vand_vx_u32m4(w, 0xffff0000u, vl));
-  }
-  static VF load(const uint16_t* p, size_t vl) { return Traits<DType::BFloat16>::load(p, vl); }
+// The first two widening steps of a 16-bit cache row, the same for bf16 and
+// f16: the halfwords fetched, then zero-extended to 32-bit words.
+struct HalfwordRows {
   using Raw = vuint16m2_t;
   using Half = vuint32m4_t;
   static Raw fetch(const uint16_t* p, size_t vl) { return __riscv_vle16_v_u16m2(p, vl); }
   static Half widen_first(Raw h, size_t vl) { return __riscv_vzext_vf2_u32m4(h, vl); }
-  static VF widen_last(Half w, size_t vl) { return detail::word_as_f32(__riscv_vsll_vx_u32m4(w, 16, vl)); }
 };
 template <>
-struct KvWords<DType::Float16, false> {
+struct KvWords<DType::BFloat16, false> : HalfwordRows {
+  static constexpr int kCols = 2;
+  // Little endian: column 2j is the low half of word j.
+  template <int K>
+  static VF col(VWord w, size_t vl) {
+    if constexpr (K == 0) return detail::widen_bf16_words(w, vl);
+    else return detail::word_as_f32(__riscv_vand_vx_u32m4(w, 0xffff0000u, vl));
+  }
+  static VF load(const uint16_t* p, size_t vl) { return Traits<DType::BFloat16>::load(p, vl); }
+  static VF widen_last(Half w, size_t vl) { return detail::widen_bf16_words(w, vl); }
+};
+template <>
+struct KvWords<DType::Float16, false> : HalfwordRows {
   static constexpr int kCols = 2;
   template <int K>
   static VF col(VWord w, size_t vl) {
     return detail::widen_f16(__riscv_vnsrl_wx_u16m2(w, 16 * K, vl), vl);
   }
   static VF load(const uint16_t* p, size_t vl) { return Traits<DType::Float16>::load(p, vl); }
-  using Raw = vuint16m2_t;
-  using Half = vuint32m4_t;
-  static Raw fetch(const uint16_t* p, size_t vl) { return __riscv_vle16_v_u16m2(p, vl); }
-  static Half widen_first(Raw h, size_t vl) { return __riscv_vzext_vf2_u32m4(h, vl); }
   static VF widen_last(Half w, size_t vl) { return detail::widen_f16_words(w, vl); }
 };
 template <>
