@@ -106,19 +106,19 @@ struct Scratch {
   float* base = nullptr;
 };
 
+// acc += w[K] * x for head K of a pass, if the pass has it (K < NH).
+template <int K, int NH>
+inline void fma_head(VF& acc, const float* w, const VF& x, size_t vl) {
+  if constexpr (K < NH) acc = vec::fmacc_ta(acc, w[K], x, vl);
+}
+
 // s_h += w[h] * x for the NH heads of a pass (NH <= kPassHeads).
 template <int NH>
 inline void fma_heads(VF& s0, VF& s1, VF& s2, VF& s3, const float* w, VF x, size_t vl) {
-  s0 = vec::fmacc_ta(s0, w[0], x, vl);
-  if constexpr (NH > 1) s1 = vec::fmacc_ta(s1, w[1], x, vl);
-  if constexpr (NH > 2) s2 = vec::fmacc_ta(s2, w[2], x, vl);
-  if constexpr (NH > 3) s3 = vec::fmacc_ta(s3, w[3], x, vl);
-}
-
-// acc += w[K] * x for head K of a pass, if the pass has it (K < NH).
-template <int K, int NH>
-inline void fma_head(VF& acc, const float* w, VF x, size_t vl) {
-  if constexpr (K < NH) acc = vec::fmacc_ta(acc, w[K], x, vl);
+  fma_head<0, NH>(s0, w, x, vl);
+  fma_head<1, NH>(s1, w, x, vl);
+  fma_head<2, NH>(s2, w, x, vl);
+  fma_head<3, NH>(s3, w, x, vl);
 }
 
 template <int NH>
