@@ -140,20 +140,22 @@ struct Decode {
 
   // Scores of a block for the NH heads of a pass, over the first
   // words * kCols columns, K read as 32-bit words (4-byte aligned rows):
-  // out[h][i] = sum_d q[d][h] * K[token i][d]. q is the pass's [D][NH] table.
+  // out[h][i] = sum_d q[d][h] * K[token i][d]. q is the pass's [D][NH] table;
+  // words >= 1.
   template <int NH, typename Idx>
   static void scores_by_words(const char* k_rows, Idx off, int64_t words, const float* q, size_t n, float* out) {
     if constexpr (vec::kColumnsAhead<T, Q8> && std::is_same_v<Idx, vec::VIdx32>) {
-      if (words > 0) return scores_by_words_ahead<NH>(k_rows, off, words, q, n, out);
+      scores_by_words_ahead<NH>(k_rows, off, words, q, n, out);
+    } else {
+      VF s0 = vec::zeros(), s1 = vec::zeros(), s2 = vec::zeros(), s3 = vec::zeros();
+      // Two words per trip halve the loop bookkeeping (columns stay in order).
+      for (const char* pairs_end = k_rows + 8 * (words / 2); k_rows != pairs_end; k_rows += 8, q += 2 * kCols * NH) {
+        add_word<NH>(s0, s1, s2, s3, q, vec::gather_words(k_rows, off, n), n);
+        add_word<NH>(s0, s1, s2, s3, q + kCols * NH, vec::gather_words(k_rows + 4, off, n), n);
+      }
+      if (words % 2 != 0) add_word<NH>(s0, s1, s2, s3, q, vec::gather_words(k_rows, off, n), n);
+      store_heads<NH>(out, kBlockN, s0, s1, s2, s3, n);
     }
-    VF s0 = vec::zeros(), s1 = vec::zeros(), s2 = vec::zeros(), s3 = vec::zeros();
-    // Two words per trip halve the loop bookkeeping (columns stay in order).
-    for (const char* pairs_end = k_rows + 8 * (words / 2); k_rows != pairs_end; k_rows += 8, q += 2 * kCols * NH) {
-      add_word<NH>(s0, s1, s2, s3, q, vec::gather_words(k_rows, off, n), n);
-      add_word<NH>(s0, s1, s2, s3, q + kCols * NH, vec::gather_words(k_rows + 4, off, n), n);
-    }
-    if (words % 2 != 0) add_word<NH>(s0, s1, s2, s3, q, vec::gather_words(k_rows, off, n), n);
-    store_heads<NH>(out, kBlockN, s0, s1, s2, s3, n);
   }
 
   // scores_by_words software-pipelined for the variants where that helps
@@ -161,7 +163,6 @@ struct Decode {
   // FMAs that use it, and the next word is gathered as soon as the current
   // word's last column is out, so on an in-order core no FMA waits on the
   // widening or the gather just before it. Same FMAs in the same order.
-  // words >= 1.
   template <int NH>
   static void scores_by_words_ahead(const char* k_rows, vec::VIdx32 off, int64_t words, const float* q, size_t n,
                                     float* out) {
