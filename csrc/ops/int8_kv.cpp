@@ -1,7 +1,5 @@
 #include "ops/int8_kv.h"
 
-#include <ATen/ops/index_select.h>
-#include <ATen/ops/isfinite.h>
 #include <c10/util/Exception.h>
 
 #include <cmath>
@@ -66,35 +64,23 @@ bool check_new_kv_dtype(const char* op, const char* key_name, const at::Tensor& 
 }
 
 void check_finite_rows(const char* op, const char* name, const at::Tensor& t, const at::Tensor& rows) {
-  // The variant's vector scan: torch's isfinite on riscv64 costs tens of
+  // The variant's vector scan (torch's isfinite on riscv64 costs tens of
   // instructions per element, more than the attention itself for a long
-  // extend. Only a tensor the scan cannot read (a last dimension that is not
-  // contiguous) goes through torch.
-  if (t.dim() == 3 && t.stride(2) == 1) {
-    FiniteScanParams scan{};
-    scan.dtype = checks::float_dtype(op, name, t);
-    scan.data = t.data_ptr();
-    scan.rows = rows.defined() ? rows.data_ptr<int64_t>() : nullptr;
-    scan.count = rows.defined() ? rows.numel() : t.size(0);
-    scan.stride_t = t.stride(0);
-    scan.stride_h = t.stride(1);
-    scan.heads = t.size(1);
-    scan.dim = t.size(2);
-    const int64_t first = kernels().first_non_finite(scan);
-    if (first < 0) return;
-    const int64_t i = first / (scan.heads * scan.dim), h = first / scan.dim % scan.heads, d = first % scan.dim;
-    const int64_t row = scan.rows != nullptr ? scan.rows[i] : i;
-    TORCH_CHECK(false, op, ": ", name, "[", row, ", ", h, ", ", d, "] = ", t[row][h][d].item<double>(),
-                " is not finite; an int8 KV cache can only hold finite values");
-  }
-  const at::Tensor sel = rows.defined() ? at::index_select(t, 0, rows) : t;
-  if (sel.numel() == 0) return;
-  const at::Tensor bad = at::isfinite(sel).logical_not();
-  if (!bad.any().item<bool>()) return;
-  const at::Tensor where = bad.nonzero()[0];
-  int64_t row = where[0].item<int64_t>();
-  if (rows.defined()) row = rows[row].item<int64_t>();
-  const int64_t h = where[1].item<int64_t>(), d = where[2].item<int64_t>();
+  // extend). The layout checks before this one made t's last dimension dense.
+  TORCH_INTERNAL_ASSERT(t.dim() == 3 && t.stride(2) == 1, op, ": ", name, " reached the finite check unchecked");
+  FiniteScanParams scan{};
+  scan.dtype = checks::float_dtype(op, name, t);
+  scan.data = t.data_ptr();
+  scan.rows = rows.defined() ? rows.data_ptr<int64_t>() : nullptr;
+  scan.count = rows.defined() ? rows.numel() : t.size(0);
+  scan.stride_t = t.stride(0);
+  scan.stride_h = t.stride(1);
+  scan.heads = t.size(1);
+  scan.dim = t.size(2);
+  const int64_t first = kernels().first_non_finite(scan);
+  if (first < 0) return;
+  const int64_t i = first / (scan.heads * scan.dim), h = first / scan.dim % scan.heads, d = first % scan.dim;
+  const int64_t row = scan.rows != nullptr ? scan.rows[i] : i;
   TORCH_CHECK(false, op, ": ", name, "[", row, ", ", h, ", ", d, "] = ", t[row][h][d].item<double>(),
               " is not finite; an int8 KV cache can only hold finite values");
 }
