@@ -22,19 +22,15 @@ import nox
 sys.path.insert(0, str(Path(__file__).parent / "ci"))
 
 from driver import (
-    build,
     ci_matrix,
     demo,
-    host,
     install_test,
     lint,
     matrix,
-    qemu,
     release,
     repro,
     steps,
     testrun,
-    vlens,
 )
 from driver import warm as warm_targets
 from driver.bench import cases as bench_cases
@@ -42,7 +38,8 @@ from driver.bench import figures, render
 from driver.bench import run as bench_run
 from driver.paths import BUILD_DIR, PROJECT_ROOT
 from driver.proc import Stopwatch, log
-from driver.runner import guest_command, staged_guest_env
+from driver.toolchain import build, host_packages, qemu, vlens
+from driver.toolchain.guest_commands import guest_command, staged_guest_env
 
 nox.options.sessions = ["test-host"]
 nox.options.reuse_existing_virtualenvs = True
@@ -112,7 +109,7 @@ def test_toolchain(session: nox.Session) -> None:
 def lint_session(session: nox.Session) -> None:
     """Lint: ruff check and format, clang-format over csrc/ and bench/plugin/, actionlint, the docs' relative links."""
     session.install(*lint.LINT_REQUIREMENTS)
-    host.ensure_host_packages(lint.CLANG_FORMAT_PACKAGES)
+    host_packages.ensure_host_packages(lint.CLANG_FORMAT_PACKAGES)
     lint.run_all(PROJECT_ROOT, Path(session.bin))
 
 
@@ -183,7 +180,7 @@ def test_emulated(session: nox.Session) -> None:
 @_session(default=False, timed=True)
 def sanitize(session: nox.Session) -> None:
     """Run the suite on the host against an AddressSanitizer + UBSan build of the portable kernels."""
-    host.ensure_host_packages(host.SANITIZER_PACKAGES)
+    host_packages.ensure_host_packages(host_packages.SANITIZER_PACKAGES)
     steps.host_build(session, HOST_REQUIREMENTS, BUILD_DIR / "host-sanitize", build.SANITIZER_DEFINES)
     # test_selection checks the conftest's test selection in child pytests, not the kernels; under ASan those
     # children cost ~20 s and test-host runs it.

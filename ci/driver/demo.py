@@ -6,8 +6,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from .paths import BUILD_DIR
-from .runner import guest_command, guest_env
-from .vlens import Variant
+from .toolchain.guest_commands import guest_command, guest_env
+from .toolchain.vlens import Variant
 
 DEMO_MODULE = "rvv_attn.demo"
 

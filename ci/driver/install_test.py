@@ -25,8 +25,8 @@ from pathlib import Path
 from . import steps
 from .errors import ConfigError, DriverError
 from .paths import BUILD_DIR
-from .runner import guest_env, guest_program
-from .vlens import Variant, variants
+from .toolchain.guest_commands import guest_env, guest_program
+from .toolchain.vlens import Variant, variants
 
 # qemu-riscv64's generic CPU with the vector extension switched off.
 NO_VECTOR_CPU = "rv64,v=false"

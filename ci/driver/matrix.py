@@ -23,9 +23,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import repro, testrun, vlens
+from . import repro, testrun
 from .errors import ConfigError
 from .paths import BUILD_DIR
+from .toolchain import vlens
 
 Config = repro.Config
 

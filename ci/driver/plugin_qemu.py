@@ -21,12 +21,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import archive, host
 from .errors import CommandFailed, IntegrityError
 from .paths import PROJECT_ROOT, cache_lock, cache_root
-from .privapt import PrivateApt
 from .proc import Stopwatch, log, run
-from .qemu import PIN_FILE, QemuPin
+from .toolchain import archive, host_packages
+from .toolchain.private_apt import PrivateApt
+from .toolchain.qemu import PIN_FILE, QemuPin
 
 # Bump when the configure flags or what is kept change, so caches rebuild.
 RECIPE_VERSION = 1
@@ -42,7 +42,7 @@ CONFIGURE_FLAGS = (
     # The "+ds" source drops the firmware blobs and bundled wheels.
     "--disable-install-blobs",
 )
-# What QEMU's build needs from apt (marker files, as in host.HOST_PACKAGES).
+# What QEMU's build needs from apt (marker files, as in host_packages.HOST_PACKAGES).
 BUILD_PACKAGES: dict[str, str] = {
     "gcc": "/usr/bin/gcc",
     "libglib2.0-dev": "/usr/include/glib-2.0/glib.h",
@@ -111,7 +111,7 @@ def ensure_plugin_qemu(python: Path, pin: QemuPin | None = None) -> PluginQemu:
     root = cache_dir(pin)
     with cache_lock("qemu-plugins"):
         if not is_complete(root, pin):
-            host.ensure_host_packages(BUILD_PACKAGES)
+            host_packages.ensure_host_packages(BUILD_PACKAGES)
             _build(pin, root, python)
     return PluginQemu(root)
 

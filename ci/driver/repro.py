@@ -19,11 +19,12 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import build, host, steps, testrun
+from . import steps, testrun
 from .errors import ConfigError, DriverError
 from .paths import BUILD_DIR
 from .proc import log
-from .vlens import Variant, by_vlen, variants
+from .toolchain import build, host_packages
+from .toolchain.vlens import Variant, by_vlen, variants
 
 POLICIES = ("undisturbed", "agnostic")
 CELL = {"passed": ".", "failed": "F", "error": "E", "skipped": "s", "missing": "-"}
@@ -340,7 +341,7 @@ def run_session(
 
 def gdb_session(session: steps.Session, opts: Options, pytest_args: list[str], qemu_bin: Path, root: Path) -> None:
     """The tests at the first VLEN of ``opts`` in a debug build, QEMU waiting for gdb-multiarch."""
-    host.ensure_host_packages(host.DEBUGGER_PACKAGES)
+    host_packages.ensure_host_packages(host_packages.DEBUGGER_PACKAGES)
     variant = by_vlen(opts.vlens[0])
     stage = build.stage_wheel(
         steps.cross_build(session, root, BUILD_DIR / "wheels-debug", debug=True), BUILD_DIR / "stage-riscv64-debug"

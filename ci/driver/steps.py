@@ -19,11 +19,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from . import build, host, qemu, release, shards, sysroot, testrun
+from . import release, shards, testrun
 from .errors import DriverError
 from .paths import BUILD_DIR, PROJECT_ROOT
 from .proc import Stopwatch, log
-from .vlens import Variant, variants
+from .toolchain import build, host_packages, qemu, sysroot
+from .toolchain.vlens import Variant, variants
 
 
 class Session(Protocol):
@@ -79,7 +80,7 @@ def summary_lines(started: float) -> list[str]:
 
 def toolchain() -> tuple[Path, Path]:
     """Host packages, pinned QEMU and sysroot: each step is a no-op when already done."""
-    host.ensure_host_packages()
+    host_packages.ensure_host_packages()
     qemu_bin = qemu.ensure_qemu()
     return qemu_bin, sysroot.ensure_sysroot(qemu_bin)
 
@@ -99,7 +100,7 @@ def cross_build(
 ) -> Path:
     """Build (incrementally) the riscv64 wheel with the portable build and every VLEN variant (or ``only``)."""
     install_build_tools(session)
-    host.ensure_host_packages(build.COMPILER_CACHE_PACKAGES)
+    host_packages.ensure_host_packages(build.COMPILER_CACHE_PACKAGES)
     kind: dict[str, Any] = dict(build_dir=BUILD_DIR / "riscv64-debug", build_type="RelWithDebInfo") if debug else {}
     if only:
         kind = dict(build_dir=build.cross_tree(only).build)
@@ -139,7 +140,7 @@ def host_build(
     session: Session, requirements: Sequence[str], build_dir: Path = BUILD_DIR / "host", defines: Sequence[str] = ()
 ) -> None:
     """Install ``requirements`` (the host's torch, the test tools), then build and install the portable kernels."""
-    host.ensure_host_packages({**host.HOST_PACKAGES, **build.COMPILER_CACHE_PACKAGES})  # one apt run
+    host_packages.ensure_host_packages({**host_packages.HOST_PACKAGES, **build.COMPILER_CACHE_PACKAGES})  # one apt run
     session.install(*requirements, *build.BUILD_REQUIREMENTS)
     with Stopwatch("building the portable kernels for the host (incremental)"):
         session.run(

@@ -14,11 +14,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import shards
-from .build import recorded_variants
 from .paths import BUILD_DIR, PROJECT_ROOT
 from .proc import log, quote
-from .runner import guest_command, guest_env
-from .vlens import Variant, portable_lane
+from .toolchain.build import recorded_variants
+from .toolchain.guest_commands import guest_command, guest_env
+from .toolchain.vlens import Variant, portable_lane
 from .warm import route
 
 

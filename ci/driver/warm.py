@@ -30,8 +30,8 @@ from pathlib import Path
 from . import warm_guest as protocol
 from .errors import ConfigError, DriverError
 from .paths import BUILD_DIR
-from .runner import guest_env, guest_program
-from .vlens import Variant, by_vlen, variants
+from .toolchain.guest_commands import guest_env, guest_program
+from .toolchain.vlens import Variant, by_vlen, variants
 
 WARM_DIR = BUILD_DIR / "warm"
 GUEST_SCRIPT = Path(__file__).with_name("warm_guest.py")

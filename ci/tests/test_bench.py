@@ -10,8 +10,8 @@ import pytest
 from driver import plugin_qemu
 from driver.bench import cases, figures, render, run
 from driver.errors import ConfigError, DriverError
-from driver.privapt import PrivateApt
-from driver.qemu import QemuPin
+from driver.toolchain.private_apt import PrivateApt
+from driver.toolchain.qemu import QemuPin
 
 # ---- units and the lower bound ----------------------------------------------------------------------
 

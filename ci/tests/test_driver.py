@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from driver import archive, build, host, paths, runner, sysroot, testrun, vlens
+from driver import paths, testrun
 from driver.errors import CommandFailed, ConfigError
 from driver.proc import run
+from driver.toolchain import archive, build, guest_commands, host_packages, sysroot, vlens
 
 # ---- VLEN table ---------------------------------------------------------------------------------
 
@@ -122,26 +123,26 @@ def test_ubuntu_sources_give_no_debian_archive(tmp_path):
 
 
 def test_os_release_parsing():
-    osr = host.parse_os_release(
+    osr = host_packages.parse_os_release(
         'PRETTY_NAME="Debian GNU/Linux 12 (bookworm)"\nID=debian\nVERSION_ID="12"\nVERSION_CODENAME=bookworm\n'
     )
     assert (osr.id, osr.version_id, osr.codename, osr.is_debian_family) == ("debian", "12", "bookworm", True)
-    assert not host.parse_os_release("ID=fedora\n").is_debian_family
+    assert not host_packages.parse_os_release("ID=fedora\n").is_debian_family
 
 
 def test_missing_packages_uses_marker_files(tmp_path):
     present = tmp_path / "clang"
     present.touch()
-    assert host.missing_packages({"clang-19": str(present), "lld-19": str(tmp_path / "nope")}) == ["lld-19"]
+    assert host_packages.missing_packages({"clang-19": str(present), "lld-19": str(tmp_path / "nope")}) == ["lld-19"]
 
 
 def test_privilege_prefix():
-    assert host.privilege_prefix(euid=0) == []
-    assert host.privilege_prefix(euid=1000, sudo="") is None
+    assert host_packages.privilege_prefix(euid=0) == []
+    assert host_packages.privilege_prefix(euid=1000, sudo="") is None
 
 
 def test_install_command_is_noninteractive_apt():
-    cmds = host.install_command(["sudo", "-n"], ["clang-19", "lld-19"])
+    cmds = host_packages.install_command(["sudo", "-n"], ["clang-19", "lld-19"])
     assert cmds[0][:2] == ["sudo", "-n"] and cmds[0][-2:] == ["update", "-q"]
     assert cmds[1][-2:] == ["clang-19", "lld-19"] and "DEBIAN_FRONTEND=noninteractive" in cmds[1]
 
@@ -218,7 +219,7 @@ def test_half_built_sysroot_is_not_complete(tmp_path):
 def test_guest_command_maps_python3_into_the_sysroot(tmp_path):
     (tmp_path / "usr/bin").mkdir(parents=True)
     (tmp_path / "usr/bin/python3").symlink_to("python3.13")
-    cmd = runner.guest_command(Path("/q/qemu-riscv64"), tmp_path, vlens.by_vlen(128), ["python3", "-c", "1"])
+    cmd = guest_commands.guest_command(Path("/q/qemu-riscv64"), tmp_path, vlens.by_vlen(128), ["python3", "-c", "1"])
     assert cmd == [
         "/q/qemu-riscv64",
         "-L",
@@ -229,13 +230,16 @@ def test_guest_command_maps_python3_into_the_sysroot(tmp_path):
         "-c",
         "1",
     ]
-    assert runner.guest_command(Path("/q"), tmp_path, None, ["/abs/prog"])[4:6] == [runner.SCALAR_CPU, "/abs/prog"]
+    assert guest_commands.guest_command(Path("/q"), tmp_path, None, ["/abs/prog"])[4:6] == [
+        guest_commands.SCALAR_CPU,
+        "/abs/prog",
+    ]
     with pytest.raises(FileNotFoundError, match="gdb"):
-        runner.guest_command(Path("/q"), tmp_path, None, ["gdb"])
+        guest_commands.guest_command(Path("/q"), tmp_path, None, ["gdb"])
 
 
 def test_guest_env_drops_the_host_environment():
-    env = runner.guest_env(
+    env = guest_commands.guest_env(
         Path("/stage"),
         Path("/t"),
         {

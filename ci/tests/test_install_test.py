@@ -8,7 +8,7 @@ import pytest
 
 from driver import install_test
 from driver.errors import ConfigError
-from driver.vlens import Variant, variants
+from driver.toolchain.vlens import Variant, variants
 
 TABLE = (Variant(128), Variant(256))
 

@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from driver import matrix, steps, testrun, vlens
+from driver import matrix, steps, testrun
 from driver.errors import ConfigError
 from driver.repro import Config
+from driver.toolchain import vlens
 
 
 def test_every_vlen_and_every_agnostic_lane_is_a_configuration():
@@ -237,7 +238,7 @@ def test_the_single_vlen_sessions_leave_the_test_tag_to_test_emulated():
 
 
 def test_byte_compile_starts_with_the_largest_trees(tmp_path):
-    from driver import sysroot
+    from driver.toolchain import sysroot
 
     for name, files in (("small", 1), ("large", 5), ("medium", 3)):
         for i in range(files):
@@ -248,7 +249,7 @@ def test_byte_compile_starts_with_the_largest_trees(tmp_path):
 
 
 def test_only_a_stage_unpacked_from_a_wheel_counts_as_having_metadata(tmp_path):
-    from driver import build
+    from driver.toolchain import build
 
     (tmp_path / "rvv_attn").mkdir()
     assert not build.stage_has_metadata(tmp_path)  # what stage_tree alone leaves

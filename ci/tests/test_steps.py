@@ -6,8 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from driver import build, release, steps, vlens, warm
+from driver import release, steps, warm
 from driver.errors import ConfigError
+from driver.toolchain import build, vlens
 
 
 class Recorder:
@@ -33,7 +34,7 @@ def session(tmp_path: Path) -> Recorder:
 
 @pytest.fixture
 def no_host_packages(monkeypatch):
-    monkeypatch.setattr(steps.host, "ensure_host_packages", lambda *a, **k: None)
+    monkeypatch.setattr(steps.host_packages, "ensure_host_packages", lambda *a, **k: None)
 
 
 def _tree(tmp_path: Path) -> build.CrossTree:

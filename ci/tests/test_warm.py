@@ -17,8 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from driver import build, vlens, warm
+from driver import warm
 from driver.errors import ConfigError
+from driver.toolchain import build, vlens
 
 CPU = vlens.by_vlen(256).qemu_cpu()
 

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import yaml
 
-from driver import ci_matrix, install_test, vlens
+from driver import ci_matrix, install_test
+from driver.toolchain import vlens
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKFLOW = ROOT / ".github/workflows/ci.yml"
@@ -74,7 +75,7 @@ def test_matrix_jobs_take_their_rows_from_the_matrix_job():
 
 def test_every_job_runs_nox_sessions_and_caches_by_the_manifests():
     jobs = _workflow()["jobs"]
-    manifests = ("'toolchains/sysroot.json'", "'toolchains/qemu.lock.json'", "'ci/driver/sysroot.py'")
+    manifests = ("'toolchains/sysroot.json'", "'toolchains/qemu.lock.json'", "'ci/driver/toolchain/sysroot.py'")
     for name, job in jobs.items():
         runs = [s["run"] for s in job["steps"] if "run" in s]
         assert runs and runs[0].startswith("./ci/nox -s "), f"job {name} runs no nox session first: {runs}"

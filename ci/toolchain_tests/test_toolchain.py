@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from driver import qemu as qemu_pin
-from driver import sysroot as sysroot_recipe
-from driver import vlens
+from driver.toolchain import qemu as qemu_pin
+from driver.toolchain import sysroot as sysroot_recipe
+from driver.toolchain import vlens
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]

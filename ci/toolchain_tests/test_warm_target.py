@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from driver import build, repro, testrun, vlens, warm
+from driver import repro, testrun, warm
+from driver.toolchain import build, vlens
 
 VLENS = (128, 256)
 PROBE = """\

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
 from ..errors import ConfigError
-from ..vlens import by_vlen, variants
+from ..toolchain.vlens import by_vlen, variants
 
 HEADS, HEADS_KV, HEAD_DIM = 32, 8, 128
 DECODE_SPLITS = 8

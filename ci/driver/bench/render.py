@@ -17,7 +17,7 @@ from .. import steps
 from ..errors import ConfigError
 from ..paths import PROJECT_ROOT
 from ..proc import log
-from ..vlens import variants
+from ..toolchain.vlens import variants
 from .cases import DECODE_SPLITS, DTYPES, HEAD_DIM, HEADLINE_VLEN, HEADS, HEADS_KV, NATIVE, PORTABLE, kernel_cases
 from .figures import BASELINE_FILE
 

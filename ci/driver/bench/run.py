@@ -12,12 +12,13 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from .. import build, cycles, host, plugin_qemu, steps
+from .. import cycles, plugin_qemu, steps
 from ..errors import DriverError
 from ..paths import BUILD_DIR, PROJECT_ROOT, cache_root
 from ..proc import log
-from ..runner import staged_guest_env
-from ..vlens import Variant, by_vlen
+from ..toolchain import build, host_packages
+from ..toolchain.guest_commands import staged_guest_env
+from ..toolchain.vlens import Variant, by_vlen
 from .cases import NATIVE, PORTABLE, Config, check_configs
 from .figures import BASELINE_FILE, Row, document, guard, load_document, parse_regions, rows_for
 from .render import detail_table
@@ -144,7 +145,7 @@ def prepare(session: steps.Session) -> Runner:
     _pinned_qemu, root = steps.toolchain()
     stage = build.stage_wheel(steps.cross_build(session, root), BUILD_DIR / "stage-bench")
     session.install(*plugin_qemu.BUILD_REQUIREMENTS)
-    host.ensure_host_packages(cycles.LLVM_PACKAGES)  # llvm-mca and llvm-mc for the cycle model
+    host_packages.ensure_host_packages(cycles.LLVM_PACKAGES)  # llvm-mca and llvm-mc for the cycle model
     counting = plugin_qemu.ensure_plugin_qemu(Path(session.bin) / "python")
     plugin = plugin_qemu.build_plugin(counting, BUILD_DIR / "bench-plugin")
     log(f"counting with {plugin_qemu.qemu_version(counting.binary)} and {plugin}")

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-from .paths import TOOLCHAINS_DIR
+from ..paths import TOOLCHAINS_DIR
 
 VLENS_FILE = TOOLCHAINS_DIR / "vlens.json"
 # QEMU cannot emulate a larger VLEN, and RVV 1.0 requires at least 128 for V.

@@ -10,7 +10,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from .proc import run
+from ..proc import run
 
 KEYRING = "/usr/share/keyrings/debian-archive-keyring.gpg"
 

@@ -10,11 +10,11 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..errors import CommandFailed, IntegrityError
+from ..paths import TOOLCHAINS_DIR, cache_lock, cache_root
+from ..proc import Stopwatch, log, run
 from . import archive
-from .errors import CommandFailed, IntegrityError
-from .paths import TOOLCHAINS_DIR, cache_lock, cache_root
-from .privapt import PrivateApt
-from .proc import Stopwatch, log, run
+from .private_apt import PrivateApt
 
 PIN_FILE = TOOLCHAINS_DIR / "qemu.lock.json"
 

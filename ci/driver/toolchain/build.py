@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from .paths import BUILD_DIR, PROJECT_ROOT, TOOLCHAINS_DIR, cache_root
+from ..paths import BUILD_DIR, PROJECT_ROOT, TOOLCHAINS_DIR, cache_root
 from .vlens import Variant
 from .vlens import variants as table_variants
 
@@ -293,7 +293,7 @@ def sanitizer_env(runtime: str) -> dict[str, str]:
 
 def check_sanitized(library: Path) -> None:
     """Fail unless ``library`` really carries ASan instrumentation (a run must not pass by accident)."""
-    from .proc import run
+    from ..proc import run
 
     undefined = run(["llvm-nm-19", "-D", "--undefined-only", str(library)])
     if "__asan_init" not in undefined or "__ubsan_handle" not in undefined:

@@ -13,7 +13,7 @@ import re
 from collections.abc import Iterable
 from pathlib import Path
 
-from .errors import ConfigError
+from ..errors import ConfigError
 
 ARCHIVE_ENV = "RVV_ATTN_DEBIAN_ARCHIVE"
 DEBIAN_SUITES = {"buster", "bullseye", "bookworm", "trixie", "forky", "sid", "unstable", "testing", "stable"}

@@ -6,7 +6,7 @@ import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from .paths import BUILD_DIR
+from ..paths import BUILD_DIR
 from .vlens import Variant
 
 # A CPU without V, for steps that run no kernel (byte-compiling).

@@ -21,10 +21,11 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import archive, host
-from .paths import TOOLCHAINS_DIR, cache_lock, cache_root
-from .privapt import KEYRING
-from .proc import Stopwatch, log, run
+from ..paths import TOOLCHAINS_DIR, cache_lock, cache_root
+from ..proc import Stopwatch, log, run
+from . import archive, host_packages
+from .guest_commands import guest_command
+from .private_apt import KEYRING
 
 MANIFEST_FILE = TOOLCHAINS_DIR / "sysroot.json"
 LOCK_FILE = TOOLCHAINS_DIR / "sysroot.lock"
@@ -110,7 +111,7 @@ def parse_deb_names(text: str) -> dict[str, str]:
 def format_lock(manifest: Manifest, versions: dict[str, str]) -> str:
     lines = [
         f"# riscv64 sysroot lock: Debian {manifest.suite}/{manifest.arch}, {len(versions)} packages.",
-        "# Written by the sysroot build (ci/driver/sysroot.py); commit it when it changes.",
+        "# Written by the sysroot build (ci/driver/toolchain/sysroot.py); commit it when it changes.",
     ]
     lines += [f"{name} {version}" for name, version in versions.items()]
     return "\n".join(lines) + "\n"
@@ -184,8 +185,6 @@ def byte_compile(root: Path, qemu: Path, jobs: int | None = None) -> None:
     compileall's own worker pool fails under QEMU, so parallelism comes from
     one QEMU process per tree, as many at once as there are cores.
     """
-    from .runner import guest_command  # runner imports this module
-
     trees = largest_first(python_trees(root))
     jobs = jobs or os.cpu_count() or 1
     done = 0
@@ -232,7 +231,7 @@ def _build(manifest: Manifest, root: Path, key: str, qemu: Path) -> Path:
     archive_url = archive.debian_archive()
     started = time.monotonic()
     with Stopwatch(f"building the riscv64 sysroot ({manifest.suite}, {len(manifest.packages)} packages, ~1.1 GB)"):
-        prefix = host.privilege_prefix()
+        prefix = host_packages.privilege_prefix()
         # As root, mmdebstrap needs no user namespaces (which some hosts, e.g.
         # Ubuntu 24.04 with AppArmor, forbid); the tree is handed back after.
         run(

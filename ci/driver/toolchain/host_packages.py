@@ -8,8 +8,8 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import MissingPrerequisite
-from .proc import Stopwatch, log, quote, run
+from ..errors import MissingPrerequisite
+from ..proc import Stopwatch, log, quote, run
 
 # Package -> a file whose presence shows it is installed (works without dpkg too).
 HOST_PACKAGES: dict[str, str] = {
