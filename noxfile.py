@@ -32,7 +32,6 @@ from driver import (
     steps,
     testrun,
 )
-from driver import warm as warm_targets
 from driver.bench import cases as bench_cases
 from driver.bench import figures, render
 from driver.bench import run as bench_run
@@ -40,6 +39,7 @@ from driver.paths import BUILD_DIR, PROJECT_ROOT
 from driver.proc import Stopwatch, log
 from driver.toolchain import build, host_packages, qemu, vlens
 from driver.toolchain.guest_commands import guest_command, staged_guest_env
+from driver.warm import targets as warm_targets
 
 nox.options.sessions = ["test-host"]
 nox.options.reuse_existing_virtualenvs = True

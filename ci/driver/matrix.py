@@ -161,7 +161,7 @@ def run(
 def command_factory(qemu: Path, sysroot: Path, stage: Path, pytest_args: Sequence[str]) -> repro.Runner:
     """Each configuration's pytest under QEMU (a warm target when one matches), with its test selection."""
     from .testrun import emulated_pytest
-    from .warm import route
+    from .warm.targets import route
 
     def command_for(config: Config, junit: Path, out_dir: Path) -> tuple[list[str], dict[str, str]]:
         cmd, env = emulated_pytest(qemu, sysroot, stage, config.variant, pytest_args, junit, config.agnostic)

@@ -153,7 +153,7 @@ Runner = Callable[[Config, Path, Path], tuple[list[str], dict[str, str]]]
 def command_factory(host_python: str, qemu: Path, sysroot: Path, stage: Path, pytest_args: Sequence[str]) -> Runner:
     """Commands for each configuration: the host venv's pytest, or the suite under QEMU (warm target if running)."""
     from .testrun import emulated_pytest
-    from .warm import route
+    from .warm.targets import route
 
     def command_for(config: Config, junit: Path, out_dir: Path) -> tuple[list[str], dict[str, str]]:
         if config.vlen is None:
@@ -167,7 +167,7 @@ def command_factory(host_python: str, qemu: Path, sysroot: Path, stage: Path, py
 
 def warm_report(configs: Sequence[Config]) -> str:
     """Which emulated configurations have a warm target running (the others start cold, ~24 s each)."""
-    from .warm import Target, ping
+    from .warm.targets import Target, ping
 
     emulated = [c for c in configs if c.vlen is not None]
     warm = [c.label for c in emulated if ping(Target(c.vlen, c.agnostic).socket_path()) is not None]  # type: ignore[arg-type]

@@ -19,7 +19,7 @@ from .proc import log, quote
 from .toolchain.build import recorded_variants
 from .toolchain.guest_commands import guest_command, guest_env
 from .toolchain.vlens import Variant, portable_lane
-from .warm import route
+from .warm.targets import route
 
 
 @dataclass(frozen=True)

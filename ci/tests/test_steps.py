@@ -6,9 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from driver import release, steps, warm
+from driver import release, steps
 from driver.errors import ConfigError
 from driver.toolchain import build, vlens
+from driver.warm import targets as warm
 
 
 class Recorder:

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from driver import warm
 from driver.errors import ConfigError
 from driver.toolchain import build, vlens
+from driver.warm import targets as warm
 
 CPU = vlens.by_vlen(256).qemu_cpu()
 

@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from driver import repro, testrun, warm
+from driver import repro, testrun
 from driver.toolchain import build, vlens
+from driver.warm import targets as warm
 
 VLENS = (128, 256)
 PROBE = """\

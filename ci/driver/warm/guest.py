@@ -14,7 +14,7 @@ request, so no target is left behind.
 
 Standalone on purpose (standard library only): it runs with the target's
 Python, which cannot import the host-side driver. The wire format is shared
-with ``warm_client.py``: each message is a 4-byte big-endian length and a
+with ``client.py``: each message is a 4-byte big-endian length and a
 JSON object; the request carries fds 0, 1, 2 as SCM_RIGHTS.
 """
 

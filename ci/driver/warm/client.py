@@ -1,6 +1,6 @@
 """Run ``python3 <args>`` in a warm target, as if it were ``qemu-riscv64 ... python3 <args>``.
 
-Usage: ``python warm_client.py <socket> <label> <args>...``. Runs on the host
+Usage: ``python client.py <socket> <label> <args>...``. Runs on the host
 (standard library only, so any host Python can run it as a command). The
 request carries this process's stdin/stdout/stderr, working directory and
 environment and signal mask; the exit status is the guest's. A guest killed by a signal
@@ -18,7 +18,7 @@ import signal
 import socket
 import sys
 
-from warm_guest import receive_message, send_message
+from guest import receive_message, send_message
 
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
 

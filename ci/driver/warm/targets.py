@@ -1,10 +1,10 @@
 """Warm targets: a long-lived emulated Python per configuration (VLEN x policy) that serves requests.
 
 A cold emulated run pays ~24 s for starting the target's python3 under QEMU
-and importing torch. A warm target pays that once: ``warm_guest.py`` runs
+and importing torch. A warm target pays that once: ``guest.py`` runs
 under ``qemu-riscv64 -cpu <configuration>``, imports torch and pytest, and
 then forks a fresh child per request. ``route`` turns the cold command line
-of an emulated ``python3`` run into a call of ``warm_client.py`` when a
+of an emulated ``python3`` run into a call of ``client.py`` when a
 running target matches it (same QEMU, sysroot, CPU string and start-up
 environment), and leaves it cold otherwise, so every caller keeps working
 without one.
@@ -27,15 +27,15 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import warm_guest as protocol
-from .errors import ConfigError, DriverError
-from .paths import BUILD_DIR
-from .toolchain.guest_commands import guest_env, guest_program
-from .toolchain.vlens import Variant, by_vlen, variants
+from ..errors import ConfigError, DriverError
+from ..paths import BUILD_DIR
+from ..toolchain.guest_commands import guest_env, guest_program
+from ..toolchain.vlens import Variant, by_vlen, variants
+from . import guest as protocol
 
 WARM_DIR = BUILD_DIR / "warm"
-GUEST_SCRIPT = Path(__file__).with_name("warm_guest.py")
-CLIENT_SCRIPT = Path(__file__).with_name("warm_client.py")
+GUEST_SCRIPT = Path(__file__).with_name("guest.py")
+CLIENT_SCRIPT = Path(__file__).with_name("client.py")
 # What the suite imports anyway; imported once per target instead of once per run.
 PRELOAD = ("torch", "numpy", "pytest", "hypothesis")
 DEFAULT_IDLE_TIMEOUT = 900
@@ -354,7 +354,7 @@ def run_session(posargs: Sequence[str], report: Callable[[str], None]) -> None:
         for line in status_lines():
             report(line)
     else:
-        from .steps import toolchain  # steps imports this module (through testrun)
+        from ..steps import toolchain  # steps imports this module (through testrun)
 
         qemu_bin, root = toolchain()
         start(opts.targets, qemu_bin, root, opts.idle_timeout, report=report)
