@@ -21,22 +21,15 @@ import nox
 
 sys.path.insert(0, str(Path(__file__).parent / "ci"))
 
-from driver import (
-    ci_matrix,
-    demo,
-    install_test,
-    lint,
-    matrix,
-    release,
-    repro,
-    steps,
-    testrun,
-)
+from driver import lint, steps
 from driver.bench import cases as bench_cases
 from driver.bench import figures, render
 from driver.bench import run as bench_run
 from driver.paths import BUILD_DIR, PROJECT_ROOT
 from driver.proc import Stopwatch, log
+from driver.release import artefacts as release
+from driver.release import ci_matrix, install_test
+from driver.testing import demo, matrix, repro, testrun
 from driver.toolchain import build, host_packages, qemu, vlens
 from driver.toolchain.guest_commands import guest_command, staged_guest_env
 from driver.warm import targets as warm_targets

@@ -1,4 +1,4 @@
-"""The cycle estimator (ci/driver/cycles.py) against the scheduling models' own figures.
+"""The cycle estimator (ci/driver/bench/cycles.py) against the scheduling models' own figures.
 
 Loops whose cycles follow from a model's published per-instruction throughput
 (llvm-mca's instruction info, read from the model's tables) must come out of
@@ -19,7 +19,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "ci"))
 
-from driver import cycles  # noqa: E402
+from driver.bench import cycles  # noqa: E402
 
 # Each VLEN's core (the bench's table), and the code the kernels are built for.
 CORES = {

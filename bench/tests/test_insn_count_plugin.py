@@ -168,7 +168,7 @@ def _profile(tmp_path: Path, trips: int, vlen: int = 256) -> tuple[dict, list[di
 
 @pytest.mark.parametrize("trips", [1, 10, 1000])
 def test_the_block_profile_accounts_for_every_library_instruction(tmp_path, trips):
-    from driver import cycles
+    from driver.bench import cycles
 
     counts, profiles = _profile(tmp_path, trips)
     assert [p["label"] for p in profiles] == [7, 8]
@@ -189,7 +189,7 @@ def test_the_block_profile_accounts_for_every_library_instruction(tmp_path, trip
 
 
 def _assemble_loop() -> bytes:
-    from driver import cycles
+    from driver.bench import cycles
 
     proc = subprocess.run(
         [cycles.LLVM_MC, "-triple=riscv64", "-mattr=+v,+f,+d", "--show-encoding", "-riscv-no-aliases"],
@@ -204,7 +204,7 @@ def _assemble_loop() -> bytes:
 
 
 def test_an_estimate_from_the_trace_is_the_loops_cost_times_its_trips(tmp_path):
-    from driver import cycles
+    from driver.bench import cycles
 
     trips = 1000
     _, (measured, _) = _profile(tmp_path, trips)

@@ -19,10 +19,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from . import release, shards, testrun
 from .errors import DriverError
 from .paths import BUILD_DIR, PROJECT_ROOT
 from .proc import Stopwatch, log
+from .release import artefacts as release
+from .testing import shards, testrun
 from .toolchain import build, host_packages, qemu, sysroot
 from .toolchain.vlens import Variant, variants
 

@@ -7,8 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from driver import plugin_qemu
-from driver.bench import cases, figures, render, run
+from driver.bench import cases, figures, plugin_qemu, render, run
 from driver.errors import ConfigError, DriverError
 from driver.toolchain.private_apt import PrivateApt
 from driver.toolchain.qemu import QemuPin

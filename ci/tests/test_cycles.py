@@ -1,10 +1,10 @@
-"""The cycle estimator's pure parts (ci/driver/cycles.py); the llvm-mca checks are in bench/tests."""
+"""The cycle estimator's pure parts (ci/driver/bench/cycles.py); the llvm-mca checks are in bench/tests."""
 
 from __future__ import annotations
 
 import pytest
 
-from driver import cycles
+from driver.bench import cycles
 
 
 def test_march_becomes_the_attributes_llvm_mca_needs():

@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from driver import paths, testrun
+from driver import paths
 from driver.errors import CommandFailed, ConfigError
 from driver.proc import run
+from driver.testing import testrun
 from driver.toolchain import archive, build, guest_commands, host_packages, sysroot, vlens
 
 # ---- VLEN table ---------------------------------------------------------------------------------
@@ -329,7 +330,7 @@ def test_failed_command_reports_command_code_and_output():
 
 # ---- repro matrix -----------------------------------------------------------------------------------
 
-from driver import repro  # noqa: E402
+from driver.testing import repro  # noqa: E402
 
 
 def test_repro_options_are_split_from_pytest_arguments():
@@ -384,7 +385,7 @@ def test_repro_matrix_runs_configs_and_reports_failures(tmp_path):
     assert data["vlen128-agnostic"]["tests"]["tests/test_a.py::test_x"]["status"] == "failed"
 
 
-from driver import demo  # noqa: E402
+from driver.testing import demo  # noqa: E402
 
 
 def test_demo_command_forces_the_sessions_variant_and_labels_the_run_emulated(tmp_path):

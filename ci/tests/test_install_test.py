@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from driver import install_test
 from driver.errors import ConfigError
+from driver.release import install_test
 from driver.toolchain.vlens import Variant, variants
 
 TABLE = (Variant(128), Variant(256))

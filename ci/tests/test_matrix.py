@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from driver import matrix, steps, testrun
+from driver import steps
 from driver.errors import ConfigError
-from driver.repro import Config
+from driver.testing import matrix, testrun
+from driver.testing.repro import Config
 from driver.toolchain import vlens
 
 

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from driver import release
 from driver.errors import DriverError
+from driver.release import artefacts as release
 
 ROOT = Path(__file__).resolve().parents[2]
 

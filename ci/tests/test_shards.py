@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from driver import shards, testrun
 from driver.errors import ConfigError
+from driver.testing import shards, testrun
 
 
 def _tree(root: Path, *files: str) -> None:

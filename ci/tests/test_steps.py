@@ -6,8 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from driver import release, steps
+from driver import steps
 from driver.errors import ConfigError
+from driver.release import artefacts as release
 from driver.toolchain import build, vlens
 from driver.warm import targets as warm
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import yaml
 
-from driver import ci_matrix, install_test
+from driver.release import ci_matrix, install_test
 from driver.toolchain import vlens
 
 ROOT = Path(__file__).resolve().parents[2]

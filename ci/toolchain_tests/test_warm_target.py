@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from driver import repro, testrun
+from driver.testing import repro, testrun
 from driver.toolchain import build, vlens
 from driver.warm import targets as warm
 

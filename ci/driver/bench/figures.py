@@ -27,7 +27,7 @@ equivalents: each instruction weighted by its register-group size, vset* 1);
 grows with the sequence means per-token work has left the library and is neither counted nor estimated.
 
 ``cycles`` (rvv-attn rows): the call's cycles estimated with LLVM's scheduling model of the core of its
-VLEN (toolchains/vlens.json ``cycle_model``; ci/driver/cycles.py says what the model leaves out), per unit;
+VLEN (toolchains/vlens.json ``cycle_model``; ci/driver/bench/cycles.py says what the model leaves out), per unit;
 ``fma_floor``, the cycles its float32 FMAs alone need on that core at its cheapest LMUL, and the estimate's
 ratio to it; ``kv_bytes_per_unit``, the K/V cache bytes the call must read per unit (a memory floor for a
 reader who knows a board's bandwidth).
@@ -155,7 +155,7 @@ class Row:
             self.lower_bound = round(lower_bound(self.case, self.vlen), 3)
 
     def set_cycles(self, core: str, total: float, floor_per_unit: float | None) -> None:
-        """The cycle estimate of the call on ``core`` (see ci/driver/cycles.py) and its FMA floor per unit."""
+        """The cycle estimate of the call on ``core`` (see ci/driver/bench/cycles.py) and its FMA floor per unit."""
         per_unit = total / self.case.units()
         self.cycles = {
             "core": core,

@@ -12,13 +12,14 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from .. import cycles, plugin_qemu, steps
+from .. import steps
 from ..errors import DriverError
 from ..paths import BUILD_DIR, PROJECT_ROOT, cache_root
 from ..proc import log
 from ..toolchain import build, host_packages
 from ..toolchain.guest_commands import staged_guest_env
 from ..toolchain.vlens import Variant, by_vlen
+from . import cycles, plugin_qemu
 from .cases import NATIVE, PORTABLE, Config, check_configs
 from .figures import BASELINE_FILE, Row, document, guard, load_document, parse_regions, rows_for
 from .render import detail_table
@@ -168,7 +169,7 @@ def run_meta(qemu: Path, seconds: float) -> dict:
         proc = subprocess.run(["git", *args], cwd=PROJECT_ROOT, capture_output=True, text=True)
         return proc.stdout.strip()
 
-    from ..plugin_qemu import qemu_version
+    from .plugin_qemu import qemu_version
 
     dirty = "+changes" if git("status", "--porcelain", "--untracked-files=no") else ""
     return {

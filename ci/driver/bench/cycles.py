@@ -30,7 +30,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import CommandFailed, MissingPrerequisite
+from ..errors import CommandFailed, MissingPrerequisite
 
 LLVM_PACKAGE = "llvm-22"  # Debian's package (Debian 12 has it from its security archive)
 LLVM_MCA = "llvm-mca-22"

@@ -19,12 +19,13 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import steps, testrun
-from .errors import ConfigError, DriverError
-from .paths import BUILD_DIR
-from .proc import log
-from .toolchain import build, host_packages
-from .toolchain.vlens import Variant, by_vlen, variants
+from .. import steps
+from ..errors import ConfigError, DriverError
+from ..paths import BUILD_DIR
+from ..proc import log
+from ..toolchain import build, host_packages
+from ..toolchain.vlens import Variant, by_vlen, variants
+from . import testrun
 
 POLICIES = ("undisturbed", "agnostic")
 CELL = {"passed": ".", "failed": "F", "error": "E", "skipped": "s", "missing": "-"}
@@ -152,8 +153,8 @@ Runner = Callable[[Config, Path, Path], tuple[list[str], dict[str, str]]]
 
 def command_factory(host_python: str, qemu: Path, sysroot: Path, stage: Path, pytest_args: Sequence[str]) -> Runner:
     """Commands for each configuration: the host venv's pytest, or the suite under QEMU (warm target if running)."""
+    from ..warm.targets import route
     from .testrun import emulated_pytest
-    from .warm.targets import route
 
     def command_for(config: Config, junit: Path, out_dir: Path) -> tuple[list[str], dict[str, str]]:
         if config.vlen is None:
@@ -167,7 +168,7 @@ def command_factory(host_python: str, qemu: Path, sysroot: Path, stage: Path, py
 
 def warm_report(configs: Sequence[Config]) -> str:
     """Which emulated configurations have a warm target running (the others start cold, ~24 s each)."""
-    from .warm.targets import Target, ping
+    from ..warm.targets import Target, ping
 
     emulated = [c for c in configs if c.vlen is not None]
     warm = [c.label for c in emulated if ping(Target(c.vlen, c.agnostic).socket_path()) is not None]  # type: ignore[arg-type]

@@ -20,10 +20,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import DriverError
-from .paths import BUILD_DIR, PROJECT_ROOT
-from .toolchain.build import cross_wheel_args
-from .toolchain.vlens import variants
+from ..errors import DriverError
+from ..paths import BUILD_DIR, PROJECT_ROOT
+from ..toolchain.build import cross_wheel_args
+from ..toolchain.vlens import variants
 
 # torch's libraries: provided by the user's torch (Debian's python3-torch on
 # riscv64), never copied into the wheel. auditwheel takes shell patterns.

@@ -25,7 +25,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from .paths import PROJECT_ROOT
+from ..paths import PROJECT_ROOT
 
 PERCENT = re.compile(r"\[\s*(\d+)%\]")
 
@@ -182,7 +182,7 @@ def progress(log: Path) -> str:
 
 def take_jobs(posargs: Sequence[str], default: int) -> tuple[int, list[str]]:
     """A leading ``--jobs=N`` (processes to split the suite over) taken off the pytest arguments."""
-    from .errors import ConfigError
+    from ..errors import ConfigError
 
     args = list(posargs)
     if args and args[0].startswith("--jobs="):

@@ -23,10 +23,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..errors import ConfigError
+from ..paths import BUILD_DIR
+from ..toolchain import vlens
 from . import repro, testrun
-from .errors import ConfigError
-from .paths import BUILD_DIR
-from .toolchain import vlens
 
 Config = repro.Config
 
@@ -160,8 +160,8 @@ def run(
 
 def command_factory(qemu: Path, sysroot: Path, stage: Path, pytest_args: Sequence[str]) -> repro.Runner:
     """Each configuration's pytest under QEMU (a warm target when one matches), with its test selection."""
+    from ..warm.targets import route
     from .testrun import emulated_pytest
-    from .warm.targets import route
 
     def command_for(config: Config, junit: Path, out_dir: Path) -> tuple[list[str], dict[str, str]]:
         cmd, env = emulated_pytest(qemu, sysroot, stage, config.variant, pytest_args, junit, config.agnostic)

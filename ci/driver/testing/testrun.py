@@ -13,13 +13,13 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..paths import BUILD_DIR, PROJECT_ROOT
+from ..proc import log, quote
+from ..toolchain.build import recorded_variants
+from ..toolchain.guest_commands import guest_command, guest_env
+from ..toolchain.vlens import Variant, portable_lane
+from ..warm.targets import route
 from . import shards
-from .paths import BUILD_DIR, PROJECT_ROOT
-from .proc import log, quote
-from .toolchain.build import recorded_variants
-from .toolchain.guest_commands import guest_command, guest_env
-from .toolchain.vlens import Variant, portable_lane
-from .warm.targets import route
 
 
 @dataclass(frozen=True)

@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from .paths import BUILD_DIR
-from .toolchain.guest_commands import guest_command, guest_env
-from .toolchain.vlens import Variant
+from ..paths import BUILD_DIR
+from ..toolchain.guest_commands import guest_command, guest_env
+from ..toolchain.vlens import Variant
 
 DEMO_MODULE = "rvv_attn.demo"
 

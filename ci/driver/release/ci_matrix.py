@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import json
 
+from ..toolchain import vlens
 from . import install_test
-from .toolchain import vlens
 
 
 def install_matrix() -> str:

@@ -22,11 +22,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import steps
-from .errors import ConfigError, DriverError
-from .paths import BUILD_DIR
-from .toolchain.guest_commands import guest_env, guest_program
-from .toolchain.vlens import Variant, variants
+from .. import steps
+from ..errors import ConfigError, DriverError
+from ..paths import BUILD_DIR
+from ..toolchain.guest_commands import guest_env, guest_program
+from ..toolchain.vlens import Variant, variants
 
 # qemu-riscv64's generic CPU with the vector extension switched off.
 NO_VECTOR_CPU = "rv64,v=false"
@@ -109,7 +109,7 @@ def parse_posargs(posargs: Sequence[str], table: Sequence[Variant] | None = None
         else:
             wheel = Path(value).resolve()
             if wheel.is_dir():  # a dist folder, e.g. a downloaded CI artifact
-                from .release import release_wheel
+                from .artefacts import release_wheel
 
                 wheel = release_wheel(wheel)
             elif not wheel.is_file():
@@ -235,8 +235,8 @@ def run_plan(
     import shutil
     import subprocess
 
-    from . import testrun
-    from .proc import log, quote, run
+    from ..proc import log, quote, run
+    from ..testing import testrun
 
     timings = []
     for config, pytest_args in plan:

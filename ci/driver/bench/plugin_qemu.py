@@ -21,12 +21,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import CommandFailed, IntegrityError
-from .paths import PROJECT_ROOT, cache_lock, cache_root
-from .proc import Stopwatch, log, run
-from .toolchain import archive, host_packages
-from .toolchain.private_apt import PrivateApt
-from .toolchain.qemu import PIN_FILE, QemuPin
+from ..errors import CommandFailed, IntegrityError
+from ..paths import PROJECT_ROOT, cache_lock, cache_root
+from ..proc import Stopwatch, log, run
+from ..toolchain import archive, host_packages
+from ..toolchain.private_apt import PrivateApt
+from ..toolchain.qemu import PIN_FILE, QemuPin
 
 # Bump when the configure flags or what is kept change, so caches rebuild.
 RECIPE_VERSION = 1
