@@ -21,18 +21,11 @@ import nox
 
 sys.path.insert(0, str(Path(__file__).parent / "ci"))
 
-from driver import lint, steps
-from driver.bench import cases as bench_cases
-from driver.bench import figures, render
-from driver.bench import run as bench_run
+from driver import bench, lint, release, testing, toolchain
+from driver import warm as warm_targets
 from driver.paths import BUILD_DIR, PROJECT_ROOT
-from driver.proc import Stopwatch, log
-from driver.release import artefacts as release
-from driver.release import ci_matrix, install_test
-from driver.testing import demo, matrix, repro, testrun
-from driver.toolchain import build, host_packages, qemu, vlens
-from driver.toolchain.guest_commands import guest_command, staged_guest_env
-from driver.warm import targets as warm_targets
+from driver.proc import log
+from driver.session import reported_errors
 
 nox.options.sessions = ["test-host"]
 nox.options.reuse_existing_virtualenvs = True
@@ -59,8 +52,8 @@ def _session(*, timed: bool = False, doc: str | None = None, **kwargs) -> Callab
 
         @functools.wraps(func)
         def run(session: nox.Session) -> None:
-            with testrun.session_clock(session.name) if timed else contextlib.nullcontext():
-                with steps.reported_errors(session):
+            with testing.session_clock(session.name) if timed else contextlib.nullcontext():
+                with reported_errors(session):
                     func(session)
 
         return nox.session(**kwargs)(run)
@@ -71,23 +64,23 @@ def _session(*, timed: bool = False, doc: str | None = None, **kwargs) -> Callab
 @_session()
 def setup(session: nox.Session) -> None:
     """Install host prerequisites, fetch the pinned QEMU and build the riscv64 sysroot (all cached)."""
-    qemu_bin, root = steps.toolchain()
-    log(f"qemu-riscv64: {qemu_bin} ({qemu.qemu_version(qemu_bin)})")
+    qemu_bin, root = toolchain.ensure()
+    log(f"qemu-riscv64: {qemu_bin} ({toolchain.qemu_version(qemu_bin)})")
     log(f"sysroot: {root}")
 
 
 @_session(name="test-host", timed=True)
 def test_host(session: nox.Session) -> None:
     """Build the portable kernels for this host and run the suite natively, plus the driver's unit tests."""
-    steps.host_build(session, HOST_REQUIREMENTS)
-    steps.pytest_in_session(session, "test-host", session.posargs or ["tests", "ci/tests"])
+    toolchain.host_build(session, HOST_REQUIREMENTS)
+    testing.pytest_in_session(session, "test-host", session.posargs or ["tests", "ci/tests"])
 
 
 @_session(name="test-toolchain", timed=True)
 def test_toolchain(session: nox.Session) -> None:
     """Check the toolchain: QEMU pin, sysroot fix-ups, the wheel's variants, incremental rebuilds, the agnostic lane."""
-    qemu_bin, root = steps.toolchain()
-    wheel_path = steps.cross_build(session, root)
+    qemu_bin, root = toolchain.ensure()
+    wheel_path = toolchain.cross_build(session, root)
     session.install("pytest>=8")
     env = {
         "RVV_ATTN_QEMU": str(qemu_bin),
@@ -95,48 +88,39 @@ def test_toolchain(session: nox.Session) -> None:
         "RVV_ATTN_WHEEL": str(wheel_path),
         "RVV_ATTN_CROSS_BUILD": str(BUILD_DIR / "riscv64"),
     }
-    steps.pytest_in_session(session, "test-toolchain", session.posargs or ["ci/toolchain_tests"], env)
+    testing.pytest_in_session(session, "test-toolchain", session.posargs or ["ci/toolchain_tests"], env)
 
 
 @_session(name="lint", tags=["test"], default=False, timed=True)
 def lint_session(session: nox.Session) -> None:
     """Lint: ruff check and format, clang-format over csrc/ and bench/plugin/, actionlint, the docs' relative links."""
     session.install(*lint.LINT_REQUIREMENTS)
-    host_packages.ensure_host_packages(lint.CLANG_FORMAT_PACKAGES)
+    toolchain.ensure_host_packages(lint.CLANG_FORMAT_PACKAGES)
     lint.run_all(PROJECT_ROOT, Path(session.bin))
 
 
-def _register_vlen_sessions(variant: vlens.Variant) -> None:
-    docs = steps.vlen_session_docs(variant, portable_lane=variant.vlen == vlens.portable_lane())
+def _register_vlen_sessions(variant: toolchain.Variant) -> None:
+    docs = testing.vlen_session_docs(variant, portable_lane=variant.vlen == toolchain.portable_lane())
 
     # `nox -t test` runs this configuration in test-emulated, beside the others; this session is for one VLEN.
     @_session(name=f"test-{variant.name}", timed=True, doc=docs["test"])
     def test(session: nox.Session) -> None:
-        steps.emulated_suite(session, variant, False, session.posargs)
+        testing.emulated_suite(session, variant, False, session.posargs)
 
     @_session(name=f"test-{variant.name}-agnostic", tags=["agnostic"], default=False, timed=True, doc=docs["agnostic"])
     def test_agnostic(session: nox.Session) -> None:
-        steps.emulated_suite(session, variant, True, session.posargs)
+        testing.emulated_suite(session, variant, True, session.posargs)
 
     @_session(name=f"shell-{variant.name}", default=False, doc=docs["shell"])
     def shell(session: nox.Session) -> None:
-        if not session.posargs:
-            session.error(f"give a command after --, e.g. nox -s shell-{variant.name} -- python3 -c 'import rvv_attn'")
-        qemu_bin, root = steps.toolchain()
-        env = staged_guest_env(steps.stage_for(session, root, [variant]))
-        cmd = warm_targets.route(guest_command(qemu_bin, root, variant, session.posargs), env, report=log)
-        session.run(*cmd, env=env, include_outer_env=False, external=True)
+        testing.guest_shell(session, variant, session.posargs)
 
     @_session(name=f"demo-{variant.name}", default=False, doc=docs["demo"])
     def demo_session(session: nox.Session) -> None:
-        qemu_bin, root = steps.toolchain()
-        stage = steps.stage_for(session, root, [variant])
-        cmd, env = demo.demo_command(qemu_bin, root, stage, variant, session.posargs)
-        with Stopwatch(f"demo under QEMU at VLEN {variant.vlen} (importing torch alone takes ~20 s)"):
-            session.run(*cmd, env=env, include_outer_env=False, external=True)
+        testing.run_demo(session, variant, session.posargs)
 
 
-for _variant in vlens.variants():
+for _variant in toolchain.variants():
     _register_vlen_sessions(_variant)
 
 
@@ -151,34 +135,18 @@ def test_emulated(session: nox.Session) -> None:
     --jobs=N (default: the number of cores, plus one while sessions run beside), --configs=vlen128,vlen1024-agnostic,
     --beside=none (the default with --configs or pytest arguments) or --beside=sanitize,bench-check.
     """
-    opts = matrix.parse_posargs(session.posargs)
-    qemu_bin, root = steps.toolchain()
-    stage = steps.stage_for(session, root, sorted({c.variant for c in opts.configs}, key=lambda v: v.vlen))
-    jobs = opts.jobs or matrix.default_jobs(opts.beside)
-    log(
-        f"running {len(opts.configs)} emulated configurations, {jobs} at a time; each one's log, JUnit XML and "
-        f"summary in build/results/test-<configuration>/; variant-independent tests at VLEN "
-        f"{vlens.variant_independent_lane()} only"
-    )
-    log(repro.warm_report(opts.configs))
-    started = time.monotonic()
-    with steps.sessions_beside(opts.beside) as beside:
-        results = matrix.run(opts.configs, matrix.command_factory(qemu_bin, root, stage, opts.pytest_args), jobs, log)
-        print("\n".join(["", *matrix.report_lines(results, time.monotonic() - started, jobs)]), flush=True)
-    failed = [matrix.label(r.config) for r in results if not matrix.ok(r)] + [*beside.sessions] * beside.failed
-    if failed:
-        session.error(f"failed: {', '.join(failed)} (failing tests above)")
+    testing.matrix.run_session(session, session.posargs)
 
 
 @_session(default=False, timed=True)
 def sanitize(session: nox.Session) -> None:
     """Run the suite on the host against an AddressSanitizer + UBSan build of the portable kernels."""
-    host_packages.ensure_host_packages(host_packages.SANITIZER_PACKAGES)
-    steps.host_build(session, HOST_REQUIREMENTS, BUILD_DIR / "host-sanitize", build.SANITIZER_DEFINES)
+    toolchain.ensure_host_packages(toolchain.SANITIZER_PACKAGES)
+    toolchain.host_build(session, HOST_REQUIREMENTS, BUILD_DIR / "host-sanitize", toolchain.SANITIZER_DEFINES)
     # test_selection checks the conftest's test selection in child pytests, not the kernels; under ASan those
     # children cost ~20 s and test-host runs it.
     default = ["tests", "--ignore=tests/test_selection.py"]
-    steps.pytest_in_session(session, "sanitize", session.posargs or default, steps.sanitizer_env(session))
+    testing.pytest_in_session(session, "sanitize", session.posargs or default, toolchain.sanitizer_env(session))
 
 
 @_session(name="repro", default=False)
@@ -188,8 +156,8 @@ def repro_matrix(session: nox.Session) -> None:
     Options before the pytest arguments: --vlens=128,256  --policies=agnostic  --no-host
     --stop-at-first-failure  --jobs=N  --gdb [--gdb-port=1234] (wait for gdb-multiarch at the first VLEN).
     """
-    opts, pytest_args = repro.parse_posargs(session.posargs)
-    repro.run_session(session, opts, pytest_args, HOST_REQUIREMENTS)
+    opts, pytest_args = testing.repro.parse_posargs(session.posargs)
+    testing.repro.run_session(session, opts, pytest_args, HOST_REQUIREMENTS)
 
 
 @_session(python=False, default=False)
@@ -206,7 +174,7 @@ def warm(session: nox.Session) -> None:
 @_session(default=False)
 def wheel(session: nox.Session) -> None:
     """Build the sdist, then from it the manylinux riscv64 wheel (auditwheel-checked, stripped) into dist/."""
-    steps.release_artefacts(session, steps.toolchain()[1])
+    release.release_artefacts(session, toolchain.ensure()[1])
 
 
 @_session(name="check-dist", default=False)
@@ -222,7 +190,7 @@ def check_dist(session: nox.Session) -> None:
 @_session(name="ci-matrix", python=False, default=False)
 def ci_matrix_outputs(session: nox.Session) -> None:
     """Print the GitHub Actions matrices (from toolchains/vlens.json) as name=json lines for $GITHUB_OUTPUT."""
-    print(ci_matrix.outputs(), end="", flush=True)
+    print(release.ci_matrix.outputs(), end="", flush=True)
 
 
 @_session(name="install-test", default=False)
@@ -231,20 +199,20 @@ def install_test_all(session: nox.Session) -> None:
 
     Options before the pytest arguments: --configs=novector,vlen128,...  --wheel=PATH (skip building it).
     """
-    opts, pytest_args = install_test.parse_posargs(session.posargs)
-    install_test.run_session(session, [(c, tuple(pytest_args) or ("tests",)) for c in opts.configs], opts.wheel)
+    opts, pytest_args = release.install_test.parse_posargs(session.posargs)
+    release.install_test.run_session(session, [(c, tuple(pytest_args) or ("tests",)) for c in opts.configs], opts.wheel)
 
 
 @_session(name="install-test-quick", default=False, timed=True)
 def install_test_quick(session: nox.Session) -> None:
     """The install test's share of `nox -t test`: every operator without V, the runtime checks at one VLEN."""
-    install_test.run_session(session, install_test.quick_plan(), None)
+    release.install_test.run_session(session, release.install_test.quick_plan(), None)
 
 
 @_session(name="pin-qemu", default=False)
 def pin_qemu(session: nox.Session) -> None:
     """Re-pin qemu-user to the archive's current trixie version (rewrites toolchains/qemu.lock.json)."""
-    pin = qemu.repin()
+    pin = toolchain.repin_qemu()
     log(f"pinned {pin.package} {pin.version} sha256 {pin.sha256}; commit toolchains/qemu.lock.json")
 
 
@@ -257,29 +225,16 @@ def bench_session(session: nox.Session) -> None:
     --only=decode,vlen128 (only the rows whose name contains one of these; with --update-baseline they
     replace their rows of the baseline).
     """
-    opts = bench_cases.parse_posargs(session.posargs)
-    session.install("matplotlib")
-    runner = bench_run.prepare(session)
-    doc = bench_run.measure(
-        runner, bench_cases.select(bench_cases.full_configs(), opts.only), opts.jobs or os.cpu_count() or 1
-    )
-    render.write_run(session, doc, testrun.results_dir("bench"))
-    if opts.update_baseline:
-        render.update_baseline(session, figures.updated_baseline(doc, opts.only))
-    else:
-        figures.guard(figures.load_document(figures.BASELINE_FILE), doc, require_every_row=False, report=log)
+    bench.run_session(session, session.posargs)
 
 
 @_session(name="bench-check", default=False, timed=True)
 def bench_check(session: nox.Session) -> None:
     """Check the instruction-count plugin on a known loop, and one decode and one extend shape against the baseline."""
-    runner = bench_run.prepare(session)
-    session.install("pytest>=8")
-    steps.pytest_in_session(session, "bench-check", session.posargs or ["bench/tests"], runner.plugin_env())
-    bench_run.check(runner, testrun.results_dir("bench-check") / "bench.json")
+    bench.check_session(session, session.posargs)
 
 
 @_session(python=False, tags=["test"], default=False)
 def summary(session: nox.Session) -> None:
     """Print each session's wall time, then each test configuration's result and slowest files (last of -t test)."""
-    print("\n".join(steps.summary_lines(RUN_STARTED)))
+    print("\n".join(testing.summary_lines(RUN_STARTED)))

@@ -1,4 +1,4 @@
-"""The emulated matrix of `nox -t test` (ci/driver/matrix.py) and the summary's timings (no QEMU)."""
+"""The emulated matrix of `nox -t test` (ci/driver/testing/matrix.py) and the summary's timings (no QEMU)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from driver import steps
 from driver.errors import ConfigError
 from driver.testing import matrix, testrun
+from driver.testing.beside import nested_nox_command, sessions_beside
 from driver.testing.repro import Config
 from driver.toolchain import vlens
 
@@ -70,7 +70,7 @@ def test_sessions_beside_run_while_the_block_runs_and_their_output_is_printed(tm
     reports: list[str] = []
     marker = tmp_path / "started"
     cmd = [sys.executable, "-c", f"import pathlib; pathlib.Path({str(marker)!r}).touch(); print('beside says hi')"]
-    with steps.sessions_beside(["bench-check"], reports.append, tmp_path / "beside.log", cmd) as beside:
+    with sessions_beside(["bench-check"], reports.append, tmp_path / "beside.log", cmd) as beside:
         deadline = time.monotonic() + 30
         while not marker.exists() and time.monotonic() < deadline:  # it runs while the block does
             time.sleep(0.05)
@@ -79,10 +79,10 @@ def test_sessions_beside_run_while_the_block_runs_and_their_output_is_printed(tm
     assert "beside says hi" in capsys.readouterr().out
     assert reports[-1].startswith("nox -s bench-check beside them: ok in")
     failing = [sys.executable, "-c", "raise SystemExit(3)"]
-    with steps.sessions_beside(["sanitize"], reports.append, tmp_path / "b2.log", failing) as beside:
+    with sessions_beside(["sanitize"], reports.append, tmp_path / "b2.log", failing) as beside:
         pass
     assert beside.returncode == 3 and beside.failed and "failed (exit 3)" in reports[-1]
-    with steps.sessions_beside([], reports.append) as nothing:
+    with sessions_beside([], reports.append) as nothing:
         pass
     assert not nothing.failed
 
@@ -91,13 +91,13 @@ def test_sessions_beside_stop_when_the_pool_fails(tmp_path):
     cmd = [sys.executable, "-c", "import time; time.sleep(60)"]
     started = time.monotonic()
     with pytest.raises(KeyboardInterrupt):
-        with steps.sessions_beside(["sanitize"], lambda _: None, tmp_path / "b.log", cmd) as beside:
+        with sessions_beside(["sanitize"], lambda _: None, tmp_path / "b.log", cmd) as beside:
             raise KeyboardInterrupt
     assert beside.returncode is None and time.monotonic() - started < 30
 
 
 def test_the_nested_nox_is_this_interpreter_on_the_noxfile():
-    cmd = steps.nested_nox_command(["sanitize", "bench-check"])
+    cmd = nested_nox_command(["sanitize", "bench-check"])
     assert cmd[:3] == [sys.executable, "-m", "nox"] and cmd[-3:] == ["--sessions", "sanitize", "bench-check"]
     assert Path(cmd[cmd.index("--noxfile") + 1]).is_file()
 

@@ -1,4 +1,4 @@
-"""Splitting one configuration's suite over several processes (ci/driver/shards.py), without QEMU."""
+"""Splitting one configuration's suite over several processes (ci/driver/testing/shards.py), without QEMU."""
 
 from __future__ import annotations
 

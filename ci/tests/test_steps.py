@@ -1,4 +1,5 @@
-"""The steps the nox sessions share (ci/driver/steps.py), run against a recording stand-in for the session."""
+"""The steps the nox sessions share (builds, release, warm, the VLEN sessions), run against a recording stand-in
+for the session."""
 
 from __future__ import annotations
 
@@ -6,10 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from driver import steps
+from driver import toolchain
 from driver.errors import ConfigError
 from driver.release import artefacts as release
-from driver.toolchain import build, vlens
+from driver.session import reported_errors
+from driver.testing import vlen_sessions
+from driver.toolchain import build, build_steps, vlens
 from driver.warm import targets as warm
 
 
@@ -36,7 +39,7 @@ def session(tmp_path: Path) -> Recorder:
 
 @pytest.fixture
 def no_host_packages(monkeypatch):
-    monkeypatch.setattr(steps.host_packages, "ensure_host_packages", lambda *a, **k: None)
+    monkeypatch.setattr(build_steps.host_packages, "ensure_host_packages", lambda *a, **k: None)
 
 
 def _tree(tmp_path: Path) -> build.CrossTree:
@@ -45,14 +48,14 @@ def _tree(tmp_path: Path) -> build.CrossTree:
 
 def test_stage_for_uses_the_full_build_when_it_is_current(session, tmp_path, monkeypatch, no_host_packages):
     full = _tree(tmp_path)
-    monkeypatch.setattr(steps.build, "build_tools_present", lambda _: True)
-    monkeypatch.setattr(steps.build, "cross_tree", lambda only=None: full)
-    monkeypatch.setattr(steps.build, "is_current", lambda tree, ninja: tree is full)
-    monkeypatch.setattr(steps.build, "newest_wheel", lambda folder: folder / "w.whl")
-    monkeypatch.setattr(steps.build, "stage_wheel", lambda wheel, stage: stage)
+    monkeypatch.setattr(build_steps.build, "build_tools_present", lambda _: True)
+    monkeypatch.setattr(build_steps.build, "cross_tree", lambda only=None: full)
+    monkeypatch.setattr(build_steps.build, "is_current", lambda tree, ninja: tree is full)
+    monkeypatch.setattr(build_steps.build, "newest_wheel", lambda folder: folder / "w.whl")
+    monkeypatch.setattr(build_steps.build, "stage_wheel", lambda wheel, stage: stage)
     recorded = []
-    monkeypatch.setattr(steps.build, "record_variants", lambda stage, vs: recorded.append(list(vs)) or stage)
-    assert steps.stage_for(session, tmp_path, [vlens.by_vlen(256)]) == full.stage
+    monkeypatch.setattr(build_steps.build, "record_variants", lambda stage, vs: recorded.append(list(vs)) or stage)
+    assert build_steps.stage_for(session, tmp_path, [vlens.by_vlen(256)]) == full.stage
     assert recorded == [list(vlens.variants())] and session.runs == [] and session.installs == []
 
 
@@ -60,21 +63,21 @@ def test_stage_for_runs_ninja_alone_in_a_configured_one_vlen_tree(session, tmp_p
     tree = _tree(tmp_path)
     tree.build.mkdir()
     (tree.build / "build.ninja").write_text("")
-    monkeypatch.setattr(steps.build, "build_tools_present", lambda _: False)
-    monkeypatch.setattr(steps.build, "cross_tree", lambda only=None: tree)
-    monkeypatch.setattr(steps.build, "is_current", lambda tree, ninja: False)
-    monkeypatch.setattr(steps.build, "stage_has_metadata", lambda stage: True)
-    monkeypatch.setattr(steps.build, "stage_tree", lambda t: t.stage)
-    monkeypatch.setattr(steps.build, "record_variants", lambda stage, vs: stage)
-    assert steps.stage_for(session, tmp_path, [vlens.by_vlen(256)]) == tree.stage
+    monkeypatch.setattr(build_steps.build, "build_tools_present", lambda _: False)
+    monkeypatch.setattr(build_steps.build, "cross_tree", lambda only=None: tree)
+    monkeypatch.setattr(build_steps.build, "is_current", lambda tree, ninja: False)
+    monkeypatch.setattr(build_steps.build, "stage_has_metadata", lambda stage: True)
+    monkeypatch.setattr(build_steps.build, "stage_tree", lambda t: t.stage)
+    monkeypatch.setattr(build_steps.build, "record_variants", lambda stage, vs: stage)
+    assert build_steps.stage_for(session, tmp_path, [vlens.by_vlen(256)]) == tree.stage
     assert session.installs == [tuple(build.BUILD_REQUIREMENTS)]
     assert [args for args, _ in session.runs] == [("ninja", "-C", str(tree.build))]
 
 
 def test_cross_build_runs_pip_wheel_with_the_compiler_cache(session, tmp_path, monkeypatch, no_host_packages):
-    monkeypatch.setattr(steps.build, "build_tools_present", lambda _: True)
-    monkeypatch.setattr(steps.build, "newest_wheel", lambda folder: folder / "w.whl")
-    wheel = steps.cross_build(session, Path("/sysroot"), tmp_path / "wheels", only=[vlens.by_vlen(128)])
+    monkeypatch.setattr(build_steps.build, "build_tools_present", lambda _: True)
+    monkeypatch.setattr(build_steps.build, "newest_wheel", lambda folder: folder / "w.whl")
+    wheel = build_steps.cross_build(session, Path("/sysroot"), tmp_path / "wheels", only=[vlens.by_vlen(128)])
     assert wheel == tmp_path / "wheels" / "w.whl"
     ((args, kwargs),) = session.runs
     assert args[:4] == ("python", "-m", "pip", "wheel") and args[-1] == str(build.PROJECT_ROOT)
@@ -120,20 +123,20 @@ def test_reported_errors_turn_a_driver_error_into_the_sessions_error(session):
         raise Quit
 
     session.error = error
-    with pytest.raises(Quit), steps.reported_errors(session):
+    with pytest.raises(Quit), reported_errors(session):
         raise ConfigError("bad option", "use --jobs=N")
     assert messages == ["bad option\n  -> use --jobs=N"]
-    with pytest.raises(ValueError), steps.reported_errors(session):  # anything else is a bug: traceback
+    with pytest.raises(ValueError), reported_errors(session):  # anything else is a bug: traceback
         raise ValueError("bug")
 
 
 def test_each_vlen_session_says_where_it_runs():
     variant = vlens.by_vlen(256)
-    docs = steps.vlen_session_docs(variant, portable_lane=True)
+    docs = vlen_sessions.vlen_session_docs(variant, portable_lane=True)
     assert set(docs) == {"test", "agnostic", "shell", "demo"}
     assert f"at VLEN 256 ({variant.board}), for its RVV build and the portable one, " in docs["test"]
     assert "one QEMU process per core (--jobs=N" in docs["test"]
-    assert "portable" not in steps.vlen_session_docs(variant, portable_lane=False)["test"]
+    assert "portable" not in vlen_sessions.vlen_session_docs(variant, portable_lane=False)["test"]
     assert all("\n" not in doc for doc in docs.values())  # nox -l shows the first line
 
 
@@ -149,22 +152,22 @@ def test_warm_without_options_lists_and_with_stop_stops(monkeypatch):
 
 
 def test_an_emulated_suite_refuses_a_bad_job_count_before_it_builds_anything(session, monkeypatch):
-    monkeypatch.setattr(steps, "toolchain", lambda: pytest.fail("the toolchain must not be touched"))
+    monkeypatch.setattr(toolchain, "ensure", lambda: pytest.fail("the toolchain must not be touched"))
     with pytest.raises(ConfigError, match="--jobs=0"):
-        steps.emulated_suite(session, vlens.by_vlen(256), False, ["--jobs=0", "tests"])
+        vlen_sessions.emulated_suite(session, vlens.by_vlen(256), False, ["--jobs=0", "tests"])
 
 
 def test_an_emulated_suite_hands_its_job_count_and_pytest_arguments_on(session, tmp_path, monkeypatch):
     seen = {}
-    monkeypatch.setattr(steps, "toolchain", lambda: (tmp_path / "qemu", tmp_path / "root"))
-    monkeypatch.setattr(steps, "stage_for", lambda *a: tmp_path / "stage")
+    monkeypatch.setattr(toolchain, "ensure", lambda: (tmp_path / "qemu", tmp_path / "root"))
+    monkeypatch.setattr(toolchain, "stage_for", lambda *a: tmp_path / "stage")
 
     def run(qemu, root, stage, variant, args, agnostic_ones, label, jobs):
         seen.update(args=args, label=label, jobs=jobs, agnostic=agnostic_ones)
         return 0, None
 
-    monkeypatch.setattr(steps.testrun, "run_emulated_pytest", run)
-    steps.emulated_suite(session, vlens.by_vlen(512), True, ["--jobs=3", "tests/test_mla.py", "-x"])
+    monkeypatch.setattr(vlen_sessions.testrun, "run_emulated_pytest", run)
+    vlen_sessions.emulated_suite(session, vlens.by_vlen(512), True, ["--jobs=3", "tests/test_mla.py", "-x"])
     assert seen == {"args": ["tests/test_mla.py", "-x"], "label": "test-vlen512-agnostic", "jobs": 3, "agnostic": True}
-    steps.emulated_suite(session, vlens.by_vlen(512), False, [])
+    vlen_sessions.emulated_suite(session, vlens.by_vlen(512), False, [])
     assert seen["args"] == ["tests"] and seen["label"] == "test-vlen512" and seen["jobs"] >= 1

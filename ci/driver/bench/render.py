@@ -13,10 +13,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from .. import steps
 from ..errors import ConfigError
 from ..paths import PROJECT_ROOT
 from ..proc import log
+from ..session import Session
 from ..toolchain.vlens import variants
 from .cases import DECODE_SPLITS, DTYPES, HEAD_DIM, HEADLINE_VLEN, HEADS, HEADS_KV, NATIVE, PORTABLE, kernel_cases
 from .figures import BASELINE_FILE
@@ -285,7 +285,7 @@ def write_baseline(
     return [path, renderings / "bench.md", page]
 
 
-def plot_in_session(session: steps.Session, document: Path, out: Path) -> None:
+def plot_in_session(session: Session, document: Path, out: Path) -> None:
     """Draw the plot of ``document`` with the session's Python (it has matplotlib; the driver's may not)."""
     session.run(
         "python",
@@ -298,14 +298,14 @@ def plot_in_session(session: steps.Session, document: Path, out: Path) -> None:
     )
 
 
-def write_run(session: steps.Session, doc: dict, folder: Path) -> None:
+def write_run(session: Session, doc: dict, folder: Path) -> None:
     """A run's bench.json, bench.md and bench.png in ``folder``."""
     paths = write_results(doc, folder)
     plot_in_session(session, paths[0], folder / PLOT_NAME)
     log("wrote " + ", ".join(str(p) for p in paths) + f" and {PLOT_NAME}")
 
 
-def update_baseline(session: steps.Session, doc: dict) -> None:
+def update_baseline(session: Session, doc: dict) -> None:
     """``doc`` becomes the baseline: write_baseline, then the plot beside bench.md."""
     written = write_baseline(doc)
     plot_in_session(session, written[0], BASELINE_RENDERINGS / PLOT_NAME)

@@ -12,10 +12,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from .. import steps
+from .. import toolchain
 from ..errors import DriverError
 from ..paths import BUILD_DIR, PROJECT_ROOT, cache_root
 from ..proc import log
+from ..session import Session
 from ..toolchain import build, host_packages
 from ..toolchain.guest_commands import staged_guest_env
 from ..toolchain.vlens import Variant, by_vlen
@@ -141,10 +142,10 @@ def run_all(
     return [row for rows in results for row in rows]
 
 
-def prepare(session: steps.Session) -> Runner:
+def prepare(session: Session) -> Runner:
     """Toolchain, the riscv64 wheel (staged apart from the test sessions'), the plugin QEMU and the plugin."""
-    _pinned_qemu, root = steps.toolchain()
-    stage = build.stage_wheel(steps.cross_build(session, root), BUILD_DIR / "stage-bench")
+    _pinned_qemu, root = toolchain.ensure()
+    stage = build.stage_wheel(toolchain.cross_build(session, root), BUILD_DIR / "stage-bench")
     session.install(*plugin_qemu.BUILD_REQUIREMENTS)
     host_packages.ensure_host_packages(cycles.LLVM_PACKAGES)  # llvm-mca and llvm-mc for the cycle model
     counting = plugin_qemu.ensure_plugin_qemu(Path(session.bin) / "python")
@@ -169,12 +170,10 @@ def run_meta(qemu: Path, seconds: float) -> dict:
         proc = subprocess.run(["git", *args], cwd=PROJECT_ROOT, capture_output=True, text=True)
         return proc.stdout.strip()
 
-    from .plugin_qemu import qemu_version
-
     dirty = "+changes" if git("status", "--porcelain", "--untracked-files=no") else ""
     return {
         "commit": git("rev-parse", "--short", "HEAD") + dirty,
-        "qemu": qemu_version(qemu),
+        "qemu": plugin_qemu.qemu_version(qemu),
         "threads": 1,
         "wall_seconds": round(seconds),
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),

@@ -22,7 +22,9 @@ from pathlib import Path
 
 from ..errors import DriverError
 from ..paths import BUILD_DIR, PROJECT_ROOT
-from ..toolchain.build import cross_wheel_args
+from ..proc import Stopwatch, log
+from ..session import Session
+from ..toolchain import build
 from ..toolchain.vlens import variants
 
 # torch's libraries: provided by the user's torch (Debian's python3-torch on
@@ -121,7 +123,7 @@ def wheel_from_sdist_args(
     sysroot: Path, source: Path, out_dir: Path = RAW_WHEEL_DIR, launcher: str | None = None
 ) -> list[str]:
     """``pip wheel`` arguments for the release wheel (portable + every VLEN) from the unpacked sdist ``source``."""
-    return cross_wheel_args(
+    return build.cross_wheel_args(
         sysroot, out_dir, variants(), build_dir=BUILD_DIR / "riscv64-release", launcher=launcher, source=source
     )
 
@@ -254,3 +256,33 @@ def checked_artefacts(dist: Path = DIST_DIR, tag: str | None = None) -> tuple[Pa
     if tag is not None:
         check_tag(tag, version)
     return wheel, sdist
+
+
+def release_artefacts(session: Session, root: Path, dist: Path = DIST_DIR) -> Path:
+    """sdist -> wheel built from it -> auditwheel repair -> checks; returns the wheel in ``dist``."""
+    session.install(*build.BUILD_REQUIREMENTS, *RELEASE_REQUIREMENTS)
+    clear_artifacts(dist)
+    with Stopwatch("building the sdist"):
+        session.run("python", *sdist_command(dist), silent=True)
+    sdist = release_sdist(dist)
+    source = sync_sdist(sdist, SOURCE_DIR)
+    raw = reset_dir(RAW_WHEEL_DIR)
+    # Through ccache where the machine has it (every test session installs it): the cache only returns
+    # what the same compiler made of the same preprocessed source and flags.
+    launcher = "ccache" if shutil.which("ccache") else None
+    with Stopwatch(f"cross-building the wheel from {sdist.name} (portable + every VLEN variant)"):
+        session.run(
+            "python",
+            "-m",
+            "pip",
+            *wheel_from_sdist_args(root, source, raw, launcher=launcher),
+            silent=True,
+            env=build.compiler_cache_env(source),
+        )
+    session.run("auditwheel", "show", str(build.newest_wheel(raw)))
+    session.run("auditwheel", *auditwheel_repair_args(build.newest_wheel(raw), dist))
+    wheel, sdist = checked_artefacts(dist)
+    session.run("twine", "check", "--strict", str(wheel), str(sdist))
+    log(f"sdist: {sdist} ({sdist.stat().st_size / 1e3:.0f} kB)")
+    log(f"wheel: {wheel} ({wheel.stat().st_size / 1e6:.2f} MB)")
+    return wheel

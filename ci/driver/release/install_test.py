@@ -17,16 +17,22 @@ cannot start another riscv64 program (no binfmt_misc on the host), and
 
 from __future__ import annotations
 
+import shutil
+import subprocess
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import steps
+from .. import toolchain
 from ..errors import ConfigError, DriverError
 from ..paths import BUILD_DIR
+from ..proc import log, quote, run
+from ..session import Session
+from ..testing import testrun
 from ..toolchain.guest_commands import guest_env, guest_program
 from ..toolchain.vlens import Variant, variants
+from .artefacts import release_artefacts, release_wheel
 
 # qemu-riscv64's generic CPU with the vector extension switched off.
 NO_VECTOR_CPU = "rv64,v=false"
@@ -109,8 +115,6 @@ def parse_posargs(posargs: Sequence[str], table: Sequence[Variant] | None = None
         else:
             wheel = Path(value).resolve()
             if wheel.is_dir():  # a dist folder, e.g. a downloaded CI artifact
-                from .artefacts import release_wheel
-
                 wheel = release_wheel(wheel)
             elif not wheel.is_file():
                 raise ConfigError(f"--wheel={value}: no such file or folder")
@@ -232,12 +236,6 @@ def run_plan(
     Returns the timings; each configuration's JUnit XML and summary.json go
     to build/results/install-test-<config>/.
     """
-    import shutil
-    import subprocess
-
-    from ..proc import log, quote, run
-    from ..testing import testrun
-
     timings = []
     for config, pytest_args in plan:
         label = f"install-test-{config.name}"
@@ -279,11 +277,11 @@ def run_plan(
     return timings
 
 
-def run_session(session: steps.Session, plan: Sequence[tuple[Config, tuple[str, ...]]], wheel: Path | None) -> None:
+def run_session(session: Session, plan: Sequence[tuple[Config, tuple[str, ...]]], wheel: Path | None) -> None:
     """The install test of ``wheel`` (built by the release steps if None): run ``plan``, print each
     configuration's outcome, fail if any failed."""
-    qemu_bin, root = steps.toolchain()
-    wheel = wheel or steps.release_artefacts(session, root)
+    qemu_bin, root = toolchain.ensure()
+    wheel = wheel or release_artefacts(session, root)
     timings = run_plan(qemu_bin, root, wheel, plan, BUILD_DIR / "install-test", cwd=Path.cwd())
     print("\n".join(["", f"install test of {wheel.name}:", *(t.line() for t in timings)]), flush=True)
     if not all(t.ok for t in timings):

@@ -19,14 +19,20 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .. import toolchain
 from ..errors import ConfigError
 from ..paths import BUILD_DIR
+from ..proc import log
+from ..session import Session
 from ..toolchain import vlens
+from ..warm import route
 from . import repro, testrun
+from .beside import sessions_beside
 
 Config = repro.Config
 
@@ -160,11 +166,9 @@ def run(
 
 def command_factory(qemu: Path, sysroot: Path, stage: Path, pytest_args: Sequence[str]) -> repro.Runner:
     """Each configuration's pytest under QEMU (a warm target when one matches), with its test selection."""
-    from ..warm.targets import route
-    from .testrun import emulated_pytest
 
     def command_for(config: Config, junit: Path, out_dir: Path) -> tuple[list[str], dict[str, str]]:
-        cmd, env = emulated_pytest(qemu, sysroot, stage, config.variant, pytest_args, junit, config.agnostic)
+        cmd, env = testrun.emulated_pytest(qemu, sysroot, stage, config.variant, pytest_args, junit, config.agnostic)
         env.update(selection_env(config))
         return route(cmd, env), env
 
@@ -229,3 +233,25 @@ def default_jobs(beside: Sequence[str] = ()) -> int:
     while the beside process still runs, the cores are shared among more processes, which costs no CPU.
     """
     return (os.cpu_count() or 1) + (1 if beside else 0)
+
+
+def run_session(session: Session, posargs: Sequence[str]) -> None:
+    """The test-emulated session: the configurations ``posargs`` choose under QEMU, several at once, with the
+    sessions beside them; fail if any of them failed."""
+    opts = parse_posargs(posargs)
+    qemu_bin, root = toolchain.ensure()
+    stage = toolchain.stage_for(session, root, sorted({c.variant for c in opts.configs}, key=lambda v: v.vlen))
+    jobs = opts.jobs or default_jobs(opts.beside)
+    log(
+        f"running {len(opts.configs)} emulated configurations, {jobs} at a time; each one's log, JUnit XML and "
+        f"summary in build/results/test-<configuration>/; variant-independent tests at VLEN "
+        f"{vlens.variant_independent_lane()} only"
+    )
+    log(repro.warm_report(opts.configs))
+    started = time.monotonic()
+    with sessions_beside(opts.beside) as beside:
+        results = run(opts.configs, command_factory(qemu_bin, root, stage, opts.pytest_args), jobs, log)
+        print("\n".join(["", *report_lines(results, time.monotonic() - started, jobs)]), flush=True)
+    failed = [label(r.config) for r in results if not ok(r)] + [*beside.sessions] * beside.failed
+    if failed:
+        session.error(f"failed: {', '.join(failed)} (failing tests above)")

@@ -19,12 +19,14 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .. import steps
+from .. import toolchain
 from ..errors import ConfigError, DriverError
 from ..paths import BUILD_DIR
 from ..proc import log
+from ..session import Session
 from ..toolchain import build, host_packages
 from ..toolchain.vlens import Variant, by_vlen, variants
+from ..warm import Target, ping, route
 from . import testrun
 
 POLICIES = ("undisturbed", "agnostic")
@@ -153,14 +155,12 @@ Runner = Callable[[Config, Path, Path], tuple[list[str], dict[str, str]]]
 
 def command_factory(host_python: str, qemu: Path, sysroot: Path, stage: Path, pytest_args: Sequence[str]) -> Runner:
     """Commands for each configuration: the host venv's pytest, or the suite under QEMU (warm target if running)."""
-    from ..warm.targets import route
-    from .testrun import emulated_pytest
 
     def command_for(config: Config, junit: Path, out_dir: Path) -> tuple[list[str], dict[str, str]]:
         if config.vlen is None:
             env = {k: v for k, v in os.environ.items() if not k.startswith("RVV_ATTN_EXPECT")}
             return [host_python, "-m", "pytest", f"--junitxml={junit}", *pytest_args], env
-        cmd, env = emulated_pytest(qemu, sysroot, stage, config.variant, pytest_args, junit, config.agnostic)
+        cmd, env = testrun.emulated_pytest(qemu, sysroot, stage, config.variant, pytest_args, junit, config.agnostic)
         return route(cmd, env), env
 
     return command_for
@@ -168,8 +168,6 @@ def command_factory(host_python: str, qemu: Path, sysroot: Path, stage: Path, py
 
 def warm_report(configs: Sequence[Config]) -> str:
     """Which emulated configurations have a warm target running (the others start cold, ~24 s each)."""
-    from ..warm.targets import Target, ping
-
     emulated = [c for c in configs if c.vlen is not None]
     warm = [c.label for c in emulated if ping(Target(c.vlen, c.agnostic).socket_path()) is not None]  # type: ignore[arg-type]
     cold = [c.label for c in emulated if c.label not in warm]
@@ -309,18 +307,16 @@ At a breakpoint:
 The library is built with debug info (RelWithDebInfo) for this session."""
 
 
-def run_session(
-    session: steps.Session, opts: Options, pytest_args: list[str], host_requirements: Sequence[str]
-) -> None:
+def run_session(session: Session, opts: Options, pytest_args: list[str], host_requirements: Sequence[str]) -> None:
     """`nox -s repro`: the configurations of ``opts``, a matrix of their outcomes and a JSON summary; or with
     --gdb, one configuration waiting for a debugger."""
-    qemu_bin, root = steps.toolchain()
+    qemu_bin, root = toolchain.ensure()
     if opts.gdb:
         gdb_session(session, opts, pytest_args, qemu_bin, root)
         return
     if opts.host:
-        steps.host_build(session, host_requirements, BUILD_DIR / "host-repro")
-    stage = steps.stage_for(session, root, [by_vlen(v) for v in opts.vlens])
+        toolchain.host_build(session, host_requirements, BUILD_DIR / "host-repro")
+    stage = toolchain.stage_for(session, root, [by_vlen(v) for v in opts.vlens])
     out = testrun.results_dir("repro")
     configs = configurations(opts)
     log(warm_report(configs))
@@ -340,12 +336,12 @@ def run_session(
         raise DriverError("some configurations failed (matrix above)")
 
 
-def gdb_session(session: steps.Session, opts: Options, pytest_args: list[str], qemu_bin: Path, root: Path) -> None:
+def gdb_session(session: Session, opts: Options, pytest_args: list[str], qemu_bin: Path, root: Path) -> None:
     """The tests at the first VLEN of ``opts`` in a debug build, QEMU waiting for gdb-multiarch."""
     host_packages.ensure_host_packages(host_packages.DEBUGGER_PACKAGES)
     variant = by_vlen(opts.vlens[0])
     stage = build.stage_wheel(
-        steps.cross_build(session, root, BUILD_DIR / "wheels-debug", debug=True), BUILD_DIR / "stage-riscv64-debug"
+        toolchain.cross_build(session, root, BUILD_DIR / "wheels-debug", debug=True), BUILD_DIR / "stage-riscv64-debug"
     )
     junit = testrun.results_dir("repro-gdb") / "junit.xml"
     cmd, env = testrun.emulated_pytest(

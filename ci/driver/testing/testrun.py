@@ -1,4 +1,4 @@
-"""Running the pytest suite under QEMU and reporting the result as data."""
+"""Running the pytest suite (under QEMU, or in the session's venv) and reporting the result as data."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from pathlib import Path
 
 from ..paths import BUILD_DIR, PROJECT_ROOT
 from ..proc import log, quote
+from ..session import Session
 from ..toolchain.build import recorded_variants
 from ..toolchain.guest_commands import guest_command, guest_env
 from ..toolchain.vlens import Variant, portable_lane
@@ -76,6 +77,19 @@ def results_dir(name: str) -> Path:
     d = BUILD_DIR / "results" / name
     d.mkdir(parents=True, exist_ok=True)
     return d
+
+
+def pytest_in_session(session: Session, label: str, args: Sequence[str], env: dict[str, str] | None = None) -> None:
+    """pytest in the session's venv; the outcome is recorded for the summary session."""
+    junit = results_dir(label) / "junit.xml"
+    junit.unlink(missing_ok=True)
+    try:
+        session.run("python", "-m", "pytest", f"--junitxml={junit}", *args, env=env)
+    finally:
+        outcome = parse_junit(junit) if junit.exists() else None
+        code = 0 if outcome and outcome.ok else 1
+        write_summary(label, code, outcome)
+        print_summary(label, code, outcome)
 
 
 def emulated_pytest(
@@ -292,3 +306,16 @@ def print_summary(label: str, returncode: int, outcome: Outcome | None) -> None:
         print(f"{label}: pytest produced no report (exit code {returncode})", file=sys.stderr)
     else:
         print(f"{label}: {outcome.line()}", file=sys.stderr)
+
+
+def summary_lines(started: float) -> list[str]:
+    """The summary session's report: the wall time of each session and each configuration's result since
+    ``started``."""
+    return [
+        "",
+        "rvv-attn test summary:",
+        "sessions, in the order they ran (wall time):",
+        *(session_table(started) or ["(no timed session ran in this invocation)"]),
+        "configurations:",
+        *(summary_table(started) or ["(no test session ran in this invocation)"]),
+    ]

@@ -27,6 +27,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .. import toolchain
 from ..errors import ConfigError, DriverError
 from ..paths import BUILD_DIR
 from ..toolchain.guest_commands import guest_env, guest_program
@@ -354,9 +355,7 @@ def run_session(posargs: Sequence[str], report: Callable[[str], None]) -> None:
         for line in status_lines():
             report(line)
     else:
-        from ..steps import toolchain  # steps imports this module (through testrun)
-
-        qemu_bin, root = toolchain()
+        qemu_bin, root = toolchain.ensure()
         start(opts.targets, qemu_bin, root, opts.idle_timeout, report=report)
 
 

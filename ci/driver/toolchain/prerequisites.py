@@ -1,0 +1,14 @@
+"""What every session that builds for or runs in the emulated target needs first."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from . import host_packages, qemu, sysroot
+
+
+def ensure() -> tuple[Path, Path]:
+    """Host packages, pinned QEMU and sysroot: each step is a no-op when already done."""
+    host_packages.ensure_host_packages()
+    qemu_bin = qemu.ensure_qemu()
+    return qemu_bin, sysroot.ensure_sysroot(qemu_bin)
