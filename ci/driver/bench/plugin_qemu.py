@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,7 +25,7 @@ from ..paths import PROJECT_ROOT, cache_lock, cache_root
 from ..proc import Stopwatch, log, run
 from ..toolchain import archive, host_packages
 from ..toolchain.private_apt import PrivateApt
-from ..toolchain.qemu import PIN_FILE, QemuPin
+from ..toolchain.qemu import PIN_FILE, QemuPin, qemu_version
 
 # Bump when the configure flags or what is kept change, so caches rebuild.
 RECIPE_VERSION = 1
@@ -181,11 +180,6 @@ def _build(pin: QemuPin, root: Path, python: Path) -> None:
     partial.rename(root)
     shutil.rmtree(work, ignore_errors=True)
     log(f"plugin-capable qemu-riscv64: {root / 'qemu-riscv64'} ({version})")
-
-
-def qemu_version(binary: Path) -> str:
-    out = subprocess.run([str(binary), "--version"], capture_output=True, text=True).stdout
-    return out.splitlines()[0] if out else "unknown"
 
 
 def plugin_compile_command(qemu: PluginQemu, source: Path, output: Path, glib_cflags: list[str]) -> list[str]:

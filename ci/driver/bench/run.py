@@ -19,6 +19,7 @@ from ..proc import log
 from ..session import Session
 from ..toolchain import build, host_packages
 from ..toolchain.guest_commands import staged_guest_env
+from ..toolchain.qemu import qemu_version
 from ..toolchain.vlens import Variant, by_vlen
 from . import cycles, plugin_qemu
 from .cases import NATIVE, PORTABLE, Config, check_configs
@@ -150,7 +151,7 @@ def prepare(session: Session) -> Runner:
     host_packages.ensure_host_packages(cycles.LLVM_PACKAGES)  # llvm-mca and llvm-mc for the cycle model
     counting = plugin_qemu.ensure_plugin_qemu(Path(session.bin) / "python")
     plugin = plugin_qemu.build_plugin(counting, BUILD_DIR / "bench-plugin")
-    log(f"counting with {plugin_qemu.qemu_version(counting.binary)} and {plugin}")
+    log(f"counting with {qemu_version(counting.binary)} and {plugin}")
     return Runner(counting.binary, plugin, root, stage, BUILD_DIR / "bench")
 
 
@@ -173,7 +174,7 @@ def run_meta(qemu: Path, seconds: float) -> dict:
     dirty = "+changes" if git("status", "--porcelain", "--untracked-files=no") else ""
     return {
         "commit": git("rev-parse", "--short", "HEAD") + dirty,
-        "qemu": plugin_qemu.qemu_version(qemu),
+        "qemu": qemu_version(qemu),
         "threads": 1,
         "wall_seconds": round(seconds),
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
