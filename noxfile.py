@@ -23,7 +23,8 @@ sys.path.insert(0, str(Path(__file__).parent / "ci"))
 
 from driver import bench, lint, release, testing, toolchain
 from driver import warm as warm_targets
-from driver.paths import BUILD_DIR, PROJECT_ROOT
+from driver.errors import DriverError
+from driver.paths import BUILD_DIR, PROJECT_ROOT, line_folder
 from driver.proc import log
 from driver.session import reported_errors
 
@@ -31,12 +32,21 @@ nox.options.sessions = ["test-host"]
 nox.options.reuse_existing_virtualenvs = True
 nox.options.error_on_external_run = True
 
+# The torch line every session builds and tests against (toolchains/torch_lines.json): the first, or the one
+# RVV_ATTN_TORCH_LINE names. Another line's venvs (another host torch) live apart from the default's.
+try:
+    LINE = toolchain.active_line()
+except DriverError as err:
+    sys.exit(f"rvv-attn: {err}")
+if line_folder():
+    nox.options.envdir = str(PROJECT_ROOT / ".nox" / line_folder())
 # The host's torch for the portable build and test-host. Pinned: a looser
 # spec can pull a multi-GB CUDA build.
-HOST_TORCH = os.environ.get("RVV_ATTN_HOST_TORCH", "torch==2.13.0")
-# hypothesis pinned to the sysroot's python3-hypothesis (toolchains/sysroot.lock):
+HOST_TORCH = os.environ.get("RVV_ATTN_HOST_TORCH", LINE.host_torch)
+# hypothesis pinned to the sysroot's python3-hypothesis (the line's lock in toolchains/):
 # the host and the emulated runs then draw examples from the same generator.
-TEST_REQUIREMENTS = ["pytest>=8", "hypothesis==6.130.5", "numpy", *lint.WORKFLOW_TEST_REQUIREMENTS]
+HYPOTHESIS = toolchain.host_pin(LINE, "python3-hypothesis", "hypothesis")
+TEST_REQUIREMENTS = ["pytest>=8", HYPOTHESIS, "numpy", *lint.WORKFLOW_TEST_REQUIREMENTS]
 HOST_REQUIREMENTS = [HOST_TORCH, *TEST_REQUIREMENTS]
 # Sessions of one `nox` invocation share this module: the summary session
 # reports only what this invocation ran.
@@ -174,7 +184,7 @@ def warm(session: nox.Session) -> None:
 @_session(default=False)
 def wheel(session: nox.Session) -> None:
     """Build the sdist, then from it the manylinux riscv64 wheel (auditwheel-checked, stripped) into dist/."""
-    release.release_artefacts(session, toolchain.ensure()[1])
+    release.release_artefacts(session)
 
 
 @_session(name="check-dist", default=False)
@@ -232,6 +242,25 @@ def bench_session(session: nox.Session) -> None:
 def bench_check(session: nox.Session) -> None:
     """Check the instruction-count plugin on a known loop, and one decode and one extend shape against the baseline."""
     bench.check_session(session, session.posargs)
+
+
+def _register_torch_line_sessions(line: toolchain.TorchLine) -> None:
+    docs = testing.torch_line_runs.session_docs(line)
+
+    @_session(name=f"test-{line.name}", python=False, default=False, doc=docs["full"])
+    def full(session: nox.Session) -> None:
+        cmd, env = testing.torch_line_runs.line_run(line, False, session.posargs)
+        session.run(*cmd, env=env, external=True)
+
+    @_session(name=f"test-{line.name}-quick", python=False, tags=["test"], default=False, timed=True, doc=docs["quick"])
+    def quick(session: nox.Session) -> None:
+        cmd, env = testing.torch_line_runs.line_run(line, True, session.posargs)
+        session.run(*cmd, env=env, external=True)
+
+
+# Sessions of their own for the lines other than the default, only while the default line is active.
+for _line in [] if line_folder() else toolchain.other_lines():
+    _register_torch_line_sessions(_line)
 
 
 @_session(python=False, tags=["test"], default=False)

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import rvv_attn
-from rvv_attn._torch_guard import check_torch_version, major_minor
+from rvv_attn._torch_guard import major_minor, pick_library, shipped_libraries
 
 EXPECTED_VARIANT = os.environ.get("RVV_ATTN_EXPECT_VARIANT", "")
 ON_RISCV = platform.machine() == "riscv64"
@@ -69,20 +69,48 @@ def test_installed_package_is_imported_from_the_venv():
     assert sys.prefix != sys.base_prefix  # running in the venv
 
 
-@pytest.mark.variant_independent
-@pytest.mark.parametrize("running", ["2.6.0", "2.6.0+debian", "2.6.3", "2.6.0a0+git1234"])
-def test_torch_guard_accepts_the_same_major_minor(running):
-    check_torch_version("0.1", "2.6.0", running)
+TWO_LINES = {"2.6.0": Path("torch-2.6.0/lib.so"), "2.14.1": Path("torch-2.14.1/lib.so")}
 
 
 @pytest.mark.variant_independent
-@pytest.mark.parametrize("running", ["2.7.0", "2.5.1+debian", "3.6.0", "2.13.0"])
-def test_torch_guard_names_both_versions_and_what_to_do(running):
+@pytest.mark.parametrize(
+    ("running", "built"),
+    [("2.6.0", "2.6.0"), ("2.6.0+debian", "2.6.0"), ("2.6.3", "2.6.0"), ("2.14.1+debian", "2.14.1"), ("2.14.0a0", "2.14.1")],
+)
+def test_torch_guard_picks_the_library_of_the_same_major_minor(running, built):
+    assert pick_library("0.1", TWO_LINES, running) == (built, TWO_LINES[built])
+
+
+@pytest.mark.variant_independent
+@pytest.mark.parametrize("running", ["2.7.0", "2.5.1+debian", "3.6.0", "2.13.0", "2.1.4"])
+def test_torch_guard_names_every_shipped_line_and_what_to_do(running):
     with pytest.raises(ImportError) as err:
-        check_torch_version("0.2.dev3", "2.6.0", running)
+        pick_library("0.2.dev3", TWO_LINES, running)
     message = str(err.value)
-    assert f"built against torch 2.6.0, but this Python has torch {running}" in message
+    assert f"for torch 2.6 and torch 2.14 (built against torch 2.6.0, 2.14.1), but this Python has torch {running}" in (
+        message
+    )
     assert "rvv_attn 0.2.dev3" in message and "python3-torch" in message and "--no-binary rvv-attn" in message
+
+
+@pytest.mark.variant_independent
+def test_shipped_libraries_are_the_torch_folders_that_hold_a_library(tmp_path):
+    for folder in ("torch-2.6.0", "torch-2.14.1", "torch-next", "other"):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "librvv_attn_ops.so").write_bytes(b"")
+    (tmp_path / "torch-2.7.0").mkdir()  # no library in it
+    assert shipped_libraries(tmp_path) == {
+        "2.14.1": tmp_path / "torch-2.14.1" / "librvv_attn_ops.so",
+        "2.6.0": tmp_path / "torch-2.6.0" / "librvv_attn_ops.so",
+    }
+
+
+@pytest.mark.variant_independent
+def test_the_loaded_library_is_the_one_for_this_torch():
+    info = rvv_attn.runtime_info()
+    assert rvv_attn.library_path.parent.name == f"torch-{info['built_against_torch']}"
+    assert info["built_against_torch"] in info["torch_lines"]
+    assert any(str(rvv_attn.library_path) in p for p in torch.ops.loaded_libraries)
 
 
 @pytest.mark.variant_independent
@@ -110,7 +138,7 @@ def test_import_under_another_torch_minor_fails_before_loading_the_library():
     child = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert child.returncode == 3, child.stdout + child.stderr
     built = rvv_attn.runtime_info()["built_against_torch"]
-    assert f"built against torch {built}, but this Python has torch {other}" in child.stdout
+    assert f"(built against torch {built}), but this Python has torch {other}" in child.stdout
     assert "loaded: False" in child.stdout
 
 

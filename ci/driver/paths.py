@@ -10,9 +10,24 @@ from pathlib import Path
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 TOOLCHAINS_DIR = PROJECT_ROOT / "toolchains"
+# Selects a torch line other than the default (toolchain/torch_lines.py).
+LINE_ENV = "RVV_ATTN_TORCH_LINE"
+
+
+def line_folder(environ: dict[str, str] | None = None) -> str:
+    """``torch2.14`` when a torch line is chosen explicitly, else empty: its builds must not share trees (CMake
+    caches a sysroot and a torch) with the default line's."""
+    env = os.environ if environ is None else environ
+    chosen = env.get(LINE_ENV, "").strip().removeprefix("torch")
+    return f"torch{chosen}" if chosen else ""
+
+
 # Build trees, the staged wheel and test results; RVV_ATTN_BUILD_DIR moves
-# them (e.g. to keep two concurrent builds apart).
-BUILD_DIR = Path(os.environ.get("RVV_ATTN_BUILD_DIR") or PROJECT_ROOT / "build").resolve()
+# them (e.g. to keep two concurrent builds apart). BUILD_DIR is the active
+# torch line's part of BUILD_ROOT; the release builds, which build every line,
+# live in BUILD_ROOT itself.
+BUILD_ROOT = Path(os.environ.get("RVV_ATTN_BUILD_DIR") or PROJECT_ROOT / "build").resolve()
+BUILD_DIR = BUILD_ROOT / line_folder()
 
 
 def cache_root(environ: dict[str, str] | None = None) -> Path:

@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
 import pytest
 
 from driver import paths
-from driver.errors import CommandFailed, ConfigError
+from driver.errors import CommandFailed, ConfigError, IntegrityError
 from driver.proc import run
 from driver.testing import testrun
-from driver.toolchain import archive, build, guest_commands, host_packages, sysroot, vlens
+from driver.toolchain import archive, build, guest_commands, host_packages, sysroot, torch_lines, vlens
 
 # ---- VLEN table ---------------------------------------------------------------------------------
 
@@ -159,11 +160,59 @@ def test_manifest_key_ignores_package_order_and_changes_with_content():
     assert a.path().name == f"trixie-riscv64-{a.key()}"
 
 
-def test_committed_manifest_has_what_the_suite_needs():
-    m = sysroot.Manifest.load()
-    assert m.suite == "trixie" and m.arch == "riscv64"
+@pytest.mark.parametrize("line", torch_lines.lines(), ids=lambda line: line.name)
+def test_every_torch_line_has_what_the_suite_needs(line):
+    m = sysroot.Manifest.for_line(line)
+    assert m.arch == "riscv64" and m.torch == line.torch and m.lock_file == line.lock_file
     for pkg in ("python3", "python3-torch", "libtorch-dev", "python3-pytest", "python3-hypothesis", "libc6-dev"):
         assert pkg in m.packages
+    assert line.lock_file.exists(), f"commit {line.lock_file.name}: the versions the last {line.suite} build got"
+
+
+def test_torch_lines_default_is_trixie_and_the_knob_selects_another():
+    assert torch_lines.default_line().suite == "trixie"
+    assert torch_lines.active_line({}) == torch_lines.default_line()
+    forky = torch_lines.active_line({"RVV_ATTN_TORCH_LINE": "2.14"})
+    assert (forky.suite, forky.name) == ("forky", "torch2.14")
+    assert torch_lines.find("torch2.14") == forky
+    assert torch_lines.other_lines() == [forky]
+    with pytest.raises(ConfigError, match="no torch line '2.99'") as err:
+        torch_lines.active_line({"RVV_ATTN_TORCH_LINE": "2.99"})
+    assert "2.6, 2.14" in str(err.value)
+
+
+def test_the_default_trixie_sysroot_keeps_its_cache_key():
+    """The table replaced toolchains/sysroot.json; an existing trixie sysroot stays valid (same key)."""
+    m = sysroot.Manifest.for_line(torch_lines.default_line())
+    assert m.key() == "86cce252d8ccbcdf"
+
+
+def test_a_chosen_line_builds_in_a_folder_of_its_own():
+    assert paths.line_folder({}) == ""
+    assert paths.line_folder({"RVV_ATTN_TORCH_LINE": "2.14"}) == paths.line_folder({"RVV_ATTN_TORCH_LINE": "torch2.14"})
+    assert paths.line_folder({"RVV_ATTN_TORCH_LINE": "2.14"}) == "torch2.14"
+
+
+def test_a_rolling_suite_that_moved_to_another_torch_is_refused():
+    line = torch_lines.find("2.14")
+    m = sysroot.Manifest.for_line(line)
+    sysroot.check_torch_line(m, {"python3-torch": "2.14.1+dfsg-1"})
+    with pytest.raises(IntegrityError, match=r"now serves python3-torch 2.15.0\+dfsg-1, not torch 2.14.x"):
+        sysroot.check_torch_line(m, {"python3-torch": "2.15.0+dfsg-1"})
+    with pytest.raises(IntegrityError):
+        sysroot.check_torch_line(m, {"python3-torch": "2.140.0-1"})
+    assert "--aptopt=Acquire::Check-Valid-Until false" in sysroot.mmdebstrap_command(m, "http://m/debian", Path("/x"))
+    trixie = sysroot.Manifest.for_line(torch_lines.default_line())
+    assert not any("Valid-Until" in a for a in sysroot.mmdebstrap_command(trixie, "http://m/debian", Path("/x")))
+
+
+def test_host_pins_follow_the_lines_lock(tmp_path):
+    lock = tmp_path / "l.lock"
+    lock.write_text("# header\npython3-hypothesis 6.130.5-2\npython3-numpy 1:2.4.6+ds-5+b1\n")
+    line = dataclasses.replace(torch_lines.default_line(), lock=str(lock))
+    assert sysroot.host_pin(line, "python3-hypothesis", "hypothesis") == "hypothesis==6.130.5"
+    assert sysroot.host_pin(line, "python3-numpy", "numpy") == "numpy==2.4.6"
+    assert sysroot.host_pin(line, "python3-absent", "absent") == "absent"
 
 
 def test_deb_names_to_versions_and_lock_round_trip():

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import base64
+import hashlib
+
 import io
 import os
 import shutil
@@ -111,12 +114,14 @@ def _wheel(path: Path, files: dict[str, bytes]) -> Path:
     return path
 
 
+LINE_LIBRARIES = ("rvv_attn/torch-2.6.0/librvv_attn_ops.so", "rvv_attn/torch-2.14.1/librvv_attn_ops.so")
+
+
 def _good_files(library: bytes) -> dict[str, bytes]:
     return {
         "rvv_attn/__init__.py": b"",
         "rvv_attn/_version.py": b"",
-        "rvv_attn/_build_info.py": b"",
-        release.LIBRARY: library,
+        **dict.fromkeys(LINE_LIBRARIES, library),
     }
 
 
@@ -133,7 +138,7 @@ def test_release_wheel_check_accepts_a_good_wheel(tmp_path, shared_libraries):
             "rvv_attn-1.0-py3-none-manylinux_2_39_riscv64.whl",
             {"rvv_attn.libs/libgomp-1234.so.1": b""},
             1,
-            "holds libraries other than",
+            "holds libraries other than its operator libraries",
         ),
         ("rvv_attn-1.0-py3-none-manylinux_2_39_riscv64.whl", {}, 0, "is not stripped"),
         ("rvv_attn-1.1-py3-none-manylinux_2_39_riscv64.whl", {}, 1, "has version 1.1, but the sdist has 1.0"),
@@ -147,10 +152,63 @@ def test_release_wheel_check_says_what_is_wrong(tmp_path, shared_libraries, name
 
 def test_release_wheel_check_wants_the_generated_files(tmp_path, shared_libraries):
     files = _good_files(shared_libraries[1])
-    del files["rvv_attn/_build_info.py"]
+    del files["rvv_attn/_version.py"]
     wheel = _wheel(tmp_path / "rvv_attn-1.0-py3-none-manylinux_2_39_riscv64.whl", files)
-    with pytest.raises(DriverError, match="lacks rvv_attn/_build_info.py"):
+    with pytest.raises(DriverError, match="lacks rvv_attn/_version.py"):
         release.check_release_wheel(wheel)
+
+
+def test_release_wheel_check_wants_one_library_per_torch_line(tmp_path, shared_libraries):
+    files = _good_files(shared_libraries[1])
+    del files[LINE_LIBRARIES[1]]
+    wheel = _wheel(tmp_path / "rvv_attn-1.0-py3-none-manylinux_2_39_riscv64.whl", files)
+    with pytest.raises(DriverError, match=r"has operator libraries for torch 2.6, not one for each torch line \(2.14, 2.6\)"):
+        release.check_release_wheel(wheel)
+    files[LINE_LIBRARIES[0].replace("torch-2.6.0", "torch-2.6.1")] = shared_libraries[1]  # two for one line
+    with pytest.raises(DriverError, match="has operator libraries for torch 2.6, 2.6, not one for each"):
+        release.check_release_wheel(_wheel(tmp_path / "rvv_attn-1.0-py3-none-manylinux_2_39_riscv64.whl", files))
+
+
+def _line_wheel(path: Path, library: str, version: str = "1.0", extra: bytes = b"") -> Path:
+    info = f"rvv_attn-{version}.dist-info"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return _wheel(
+        path,
+        {
+            "rvv_attn/__init__.py": b"# package" + extra,
+            library: library.encode(),
+            f"{info}/METADATA": f"Version: {version}".encode(),
+            f"{info}/RECORD": b"stale",
+        },
+    )
+
+
+def test_line_wheels_merge_into_one_with_a_fresh_record(tmp_path):
+    first = _line_wheel(tmp_path / "a" / "rvv_attn-1.0-py3-none-linux_riscv64.whl", LINE_LIBRARIES[0])
+    second = _line_wheel(tmp_path / "b" / "rvv_attn-1.0-py3-none-linux_riscv64.whl", LINE_LIBRARIES[1])
+    merged = release.merge_line_wheels([first, second], tmp_path / "out")
+    assert merged.name == first.name and merged.parent == tmp_path / "out"
+    with zipfile.ZipFile(merged) as zf:
+        names = set(zf.namelist())
+        record = zf.read("rvv_attn-1.0.dist-info/RECORD").decode().splitlines()
+        assert zf.read(LINE_LIBRARIES[1]) == LINE_LIBRARIES[1].encode()
+    assert set(LINE_LIBRARIES) <= names
+    rows = {row.split(",")[0]: row for row in record}
+    assert set(rows) == names
+    assert rows["rvv_attn-1.0.dist-info/RECORD"] == "rvv_attn-1.0.dist-info/RECORD,,"
+    data = b"# package"
+    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+    assert rows["rvv_attn/__init__.py"] == f"rvv_attn/__init__.py,sha256={digest},{len(data)}"
+
+
+def test_line_wheels_from_different_sources_are_not_merged(tmp_path):
+    first = _line_wheel(tmp_path / "a" / "rvv_attn-1.0-py3-none-linux_riscv64.whl", LINE_LIBRARIES[0])
+    edited = _line_wheel(tmp_path / "b" / "rvv_attn-1.0-py3-none-linux_riscv64.whl", LINE_LIBRARIES[1], extra=b"!")
+    with pytest.raises(DriverError, match="differ in rvv_attn/__init__.py"):
+        release.merge_line_wheels([first, edited], tmp_path / "out")
+    same_line = _line_wheel(tmp_path / "c" / "rvv_attn-1.0-py3-none-linux_riscv64.whl", LINE_LIBRARIES[0])
+    with pytest.raises(DriverError, match="two wheels hold a library built against torch 2.6.0"):
+        release.merge_line_wheels([first, same_line], tmp_path / "out")
 
 
 def test_tag_must_match_the_version():

@@ -12,7 +12,7 @@ from driver.errors import ConfigError
 from driver.release import artefacts as release
 from driver.session import reported_errors
 from driver.testing import vlen_sessions
-from driver.toolchain import build, build_steps, vlens
+from driver.toolchain import build, build_steps, torch_lines, vlens
 from driver.warm import targets as warm
 
 
@@ -84,14 +84,19 @@ def test_cross_build_runs_pip_wheel_with_the_compiler_cache(session, tmp_path, m
     assert "cmake.define.RVV_ATTN_VLENS=128" in args and "CCACHE_DIR" in kwargs["env"]
 
 
-def test_the_release_wheel_is_built_from_the_unpacked_sdist():
-    args = release.wheel_from_sdist_args(Path("/sysroot"), Path("/src/rvv_attn-1.0"), Path("/raw"))
-    assert args[-1] == "/src/rvv_attn-1.0" and str(build.PROJECT_ROOT) not in args
-    assert f"cmake.define.RVV_ATTN_VLENS={';'.join(str(v.vlen) for v in vlens.variants())}" in args
+def test_the_release_wheel_is_built_from_the_unpacked_sdist_once_per_torch_line():
+    trees = set()
+    for line in torch_lines.lines():
+        args = release.wheel_from_sdist_args(Path(f"/sysroot-{line.suite}"), Path("/src/rvv_attn-1.0"), Path("/raw"), line)
+        assert args[-1] == "/src/rvv_attn-1.0" and str(build.PROJECT_ROOT) not in args
+        assert f"cmake.define.RVV_ATTN_VLENS={';'.join(str(v.vlen) for v in vlens.variants())}" in args
+        assert f"cmake.define.RVV_ATTN_SYSROOT=/sysroot-{line.suite}" in args
+        trees |= {a for a in args if a.startswith("build-dir=")}
+    assert len(trees) == len(torch_lines.lines())  # a tree of its own per line: both stay incremental
 
 
 def test_checked_artefacts_want_one_of_each_and_the_tag(tmp_path, monkeypatch):
-    monkeypatch.setattr(release, "check_release_wheel", lambda wheel, version: None)
+    monkeypatch.setattr(release, "check_release_wheel", lambda wheel, version, lines=None: None)
     with pytest.raises(release.DriverError, match="expected one sdist"):
         release.checked_artefacts(tmp_path)
     (tmp_path / "rvv_attn-1.0.tar.gz").write_bytes(b"")

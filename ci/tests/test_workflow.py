@@ -11,6 +11,7 @@ from pathlib import Path
 import yaml
 
 from driver.release import ci_matrix, install_test
+from driver.toolchain import torch_lines
 from driver.toolchain import vlens
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -54,14 +55,22 @@ def test_matrix_job_prints_the_vlen_table():
     assert [r["vlen"] for r in emulated if r["policy"] == "undisturbed"] == table
     assert [r["vlen"] for r in emulated if r["policy"] == "agnostic"] == list(vlens.agnostic_lane())
     install = json.loads(outputs["install"])["include"]
-    assert [r["config"] for r in install] == [f"vlen{v}" for v in table]
+    every_line = [line.torch for line in torch_lines.lines()]
+    assert [(r["config"], r["torch"]) for r in install] == [(f"vlen{v}", t) for t in every_line for v in table]
     assert "novector" in {c.name for c in install_test.configurations()}
+    assert json.loads(outputs["lines"]) == {"torch": every_line}
+    assert json.loads(outputs["other_lines"]) == {"torch": every_line[1:]} and every_line[1:]
 
 
 def test_matrix_jobs_take_their_rows_from_the_matrix_job():
     jobs = _workflow()["jobs"]
-    assert set(jobs["matrix"]["outputs"]) == {"emulated", "install"}
-    for job, output in (("emulated", "emulated"), ("install-test", "install")):
+    assert set(jobs["matrix"]["outputs"]) == {"emulated", "install", "lines", "other_lines"}
+    for job, output in (
+        ("emulated", "emulated"),
+        ("install-test", "install"),
+        ("no-vector", "lines"),
+        ("torch-line", "other_lines"),
+    ):
         assert jobs[job]["strategy"]["matrix"] == f"${{{{ fromJSON(needs.matrix.outputs.{output}) }}}}"
     emulated_run = [s["run"] for s in jobs["emulated"]["steps"] if "run" in s]
     assert emulated_run == [
@@ -71,11 +80,16 @@ def test_matrix_jobs_take_their_rows_from_the_matrix_job():
     assert install_run == ["./ci/nox -s install-test -- --configs=${{ matrix.config }} --wheel=dist"]
     no_v_run = [s["run"] for s in jobs["no-vector"]["steps"] if "run" in s]
     assert no_v_run == ["./ci/nox -s install-test -- --configs=novector --wheel=dist"]
+    # The install tests install the one wheel into each torch line's Python.
+    for job in ("install-test", "no-vector"):
+        assert jobs[job]["env"] == {"RVV_ATTN_TORCH_LINE": "${{ matrix.torch }}"}
+    line_run = [s["run"] for s in jobs["torch-line"]["steps"] if "run" in s]
+    assert line_run == ["./ci/nox -s test-torch${{ matrix.torch }}"]
 
 
 def test_every_job_runs_nox_sessions_and_caches_by_the_manifests():
     jobs = _workflow()["jobs"]
-    manifests = ("'toolchains/sysroot.json'", "'toolchains/qemu.lock.json'", "'ci/driver/toolchain/sysroot.py'")
+    manifests = ("'toolchains/torch_lines.json'", "'toolchains/qemu.lock.json'", "'ci/driver/toolchain/sysroot.py'")
     for name, job in jobs.items():
         runs = [s["run"] for s in job["steps"] if "run" in s]
         assert runs and runs[0].startswith("./ci/nox -s "), f"job {name} runs no nox session first: {runs}"

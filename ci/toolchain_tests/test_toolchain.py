@@ -13,8 +13,10 @@ from pathlib import Path
 
 import pytest
 
+from driver.toolchain import build
 from driver.toolchain import qemu as qemu_pin
 from driver.toolchain import sysroot as sysroot_recipe
+from driver.toolchain import torch_lines
 from driver.toolchain import vlens
 
 HERE = Path(__file__).resolve().parent
@@ -36,7 +38,7 @@ def test_qemu_is_the_pinned_binary(qemu):
 
 
 def test_sysroot_is_complete_and_fixed_up(sysroot):
-    manifest = sysroot_recipe.Manifest.load()
+    manifest = sysroot_recipe.Manifest.for_line()
     assert sysroot_recipe.is_complete(sysroot, manifest.key())
     assert (sysroot / "lib").resolve() == (sysroot / "usr/lib").resolve()
     assert (sysroot / "lib/ld-linux-riscv64-lp64d.so.1").exists()
@@ -50,7 +52,10 @@ def test_sysroot_is_complete_and_fixed_up(sysroot):
 def test_wheel_is_riscv64_with_every_variant_in_one_library(wheel, tmp_path):
     assert wheel.name.endswith("-py3-none-linux_riscv64.whl")
     with zipfile.ZipFile(wheel) as zf:
-        lib = Path(zf.extract("rvv_attn/librvv_attn_ops.so", tmp_path))
+        (member,) = build.wheel_libraries(zf.namelist()).values()  # one: the active torch line's
+        lib = Path(zf.extract(member, tmp_path))
+    line = torch_lines.active_line()
+    assert member.startswith(f"rvv_attn/torch-{line.torch}.")
     header = lib.read_bytes()[:20]
     assert header[:4] == b"\x7fELF" and int.from_bytes(header[18:20], "little") == EM_RISCV
     # The installed library is stripped: its exported (dynamic) symbols remain.
@@ -131,7 +136,9 @@ def test_agnostic_lane_catches_a_kernel_that_reads_tail_lanes(qemu, sysroot, tmp
 
 def test_lock_file_matches_the_sysroot(sysroot):
     marker = json.loads((sysroot / sysroot_recipe.MARKER).read_text())
-    locked = sysroot_recipe.parse_lock(sysroot_recipe.LOCK_FILE.read_text())
+    line = torch_lines.active_line()
+    locked = sysroot_recipe.parse_lock(line.lock_file.read_text())
     assert marker["packages"] == len(locked)
-    for pkg in ("python3-torch", "libtorch-dev", "python3.13"):
+    for pkg in ("python3-torch", "libtorch-dev", f"python{line.python}"):
         assert pkg in locked
+    assert locked["python3-torch"].startswith(line.torch + ".")

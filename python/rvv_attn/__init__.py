@@ -6,9 +6,10 @@ variant that matches the CPU's VLEN is selected at run time; set
 ``RVV_ATTN_VARIANT`` (``auto``, ``portable``, ``vlen256``, ...) to force one.
 A variant whose VLEN differs from the CPU's is refused with an error.
 
-The library is built against one torch version (recorded in
-``_build_info.TORCH_VERSION``); importing the package under a torch of another
-major.minor raises ImportError before the library is loaded.
+Each library is built against one torch version and lives in a folder named
+after it (``rvv_attn/torch-2.6.0/``); a wheel may carry one per supported
+torch line. Import loads the one whose major.minor is the running torch's, and
+raises ImportError, naming the lines it has, when none is.
 """
 
 from __future__ import annotations
@@ -19,31 +20,29 @@ from pathlib import Path
 
 import torch
 
-from ._torch_guard import check_torch_version
+from ._torch_guard import major_minor, pick_library, shipped_libraries
 
 __all__ = ["ops", "runtime_info", "select_variant", "use_variant", "library_path"]
 
-library_path = Path(__file__).with_name("librvv_attn_ops.so")
-
-try:  # both written by the build, so absent in a source tree that was never built
+try:  # written by the build, so absent in a source tree that was never built
     from ._version import version as __version__
 except ImportError:
     __version__ = "unknown"
 
 
-def _load() -> None:
-    if not library_path.exists():
+def _load() -> tuple[str, Path]:
+    libraries = shipped_libraries(Path(__file__).parent)
+    if not libraries:
         raise ImportError(
-            f"rvv_attn: the operator library {library_path} is missing; "
+            f"rvv_attn: no operator library in {Path(__file__).parent} (torch-<version>/librvv_attn_ops.so); "
             "the package was not built (install it with pip, or run `nox -s test-host`)"
         )
-    from ._build_info import TORCH_VERSION
+    built, path = pick_library(__version__, libraries, str(torch.__version__))
+    torch.ops.load_library(str(path))
+    return built, path
 
-    check_torch_version(__version__, TORCH_VERSION, str(torch.__version__))
-    torch.ops.load_library(str(library_path))
 
-
-_load()
+_built_against_torch, library_path = _load()
 ops = torch.ops.rvv_attn
 # Select now, so a bad RVV_ATTN_VARIANT fails at import with the dispatcher's
 # message (it names the requested and the CPU's VLEN), not at the first call.
@@ -59,8 +58,6 @@ def runtime_info() -> dict[str, object]:
     only). ``cpu_vlen`` is read from the CPU (vlenb) only when V is reported,
     else 0.
     """
-    from ._build_info import TORCH_VERSION
-
     extensions, vlen, detection = ops.cpu_features()
     return {
         "cpu_vlen": int(vlen),
@@ -71,7 +68,8 @@ def runtime_info() -> dict[str, object]:
         "reason": str(ops.selection_reason()),
         "version": __version__,
         "torch": str(torch.__version__),
-        "built_against_torch": TORCH_VERSION,
+        "built_against_torch": _built_against_torch,
+        "torch_lines": sorted(shipped_libraries(Path(__file__).parent), key=major_minor),
     }
 
 

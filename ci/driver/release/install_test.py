@@ -1,8 +1,9 @@
 """The install test: the release wheel, installed by pip as a user would, tested in the emulated target.
 
 In each configuration (every VLEN of the table, and a CPU without V) the
-sysroot's python3 under qemu-riscv64 creates a venv with system site
-packages (so it sees Debian's python3-torch, as ``torch 2.6.0+debian``),
+active torch line's sysroot python3 under qemu-riscv64 creates a venv with
+system site packages (so it sees Debian's python3-torch, e.g. ``torch
+2.6.0+debian``; the one wheel carries a library for each line),
 pip installs the wheel from dist/ with no index (so nothing can be fetched),
 and the suite runs against the installed package with no build tree on the
 path. The tests are told which variant must be active; without V that is

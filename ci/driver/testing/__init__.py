@@ -6,10 +6,11 @@
 - ``demo``: the demo-vlenN session (the small model generating under QEMU);
 - ``matrix``: test-emulated, every VLEN and agnostic lane at once, and its report;
 - ``beside``: the host-side sessions test-emulated runs beside its configurations;
-- ``repro``: the repro session's test x configuration matrix (and its gdb mode).
+- ``repro``: the repro session's test x configuration matrix (and its gdb mode);
+- ``torch_line_runs``: the runs of a torch line other than the default (test-torch2.14[-quick]).
 """
 
-from . import matrix, repro
+from . import matrix, repro, torch_line_runs
 from .demo import run_demo
 from .testrun import pytest_in_session, results_dir, session_clock, summary_lines
 from .vlen_sessions import emulated_suite, guest_shell, vlen_session_docs
@@ -23,6 +24,7 @@ __all__ = [
     "results_dir",
     "run_demo",
     "session_clock",
+    "torch_line_runs",
     "summary_lines",
     "vlen_session_docs",
 ]

@@ -15,6 +15,11 @@ from .vlens import variants as table_variants
 
 TOOLCHAIN_FILE = TOOLCHAINS_DIR / "riscv64-clang19.cmake"
 RISCV_WHEEL_TAG = "py3-none-linux_riscv64"
+LIBRARY = "librvv_attn_ops.so"
+# The library's folder in the package is named after the torch it is built against (CMakeLists.txt writes
+# the name into the build tree as LIBRARY_FOLDER_FILE).
+LIBRARY_FOLDER_PREFIX = "torch-"
+LIBRARY_FOLDER_FILE = "library_folder.txt"
 # What a nox session needs to drive scikit-build-core without build isolation.
 BUILD_REQUIREMENTS = ["scikit-build-core>=0.10", "setuptools-scm>=8", "cmake>=3.21", "ninja"]
 
@@ -107,6 +112,18 @@ def newest_wheel(out_dir: Path) -> Path:
     return wheels[-1]
 
 
+def wheel_libraries(names: Sequence[str]) -> dict[str, str]:
+    """{torch version built against: member} for the operator libraries among a wheel's ``names``
+    (``rvv_attn/torch-2.6.0/librvv_attn_ops.so``; one per torch line the wheel supports)."""
+    found = {}
+    for name in names:
+        parts = name.split("/")
+        if len(parts) == 3 and parts[0] == "rvv_attn" and parts[1].startswith(LIBRARY_FOLDER_PREFIX):
+            if parts[2] == LIBRARY:
+                found[parts[1][len(LIBRARY_FOLDER_PREFIX) :]] = name
+    return found
+
+
 def stage_wheel(wheel: Path, stage: Path) -> Path:
     """Unpack the wheel into ``stage`` (put on the guest's PYTHONPATH): the tests import what the wheel ships.
 
@@ -115,16 +132,15 @@ def stage_wheel(wheel: Path, stage: Path) -> Path:
     stat = wheel.stat()
     stamp = f"{wheel.resolve()} {stat.st_size} {stat.st_mtime_ns}\n"
     marker = stage / ".staged-from"
-    lib = stage / "rvv_attn" / "librvv_attn_ops.so"
-    if lib.exists() and marker.exists() and marker.read_text() == stamp:
+    if marker.exists() and marker.read_text() == stamp and list(stage.glob(f"rvv_attn/*/{LIBRARY}")):
         return stage
     if stage.exists():
         shutil.rmtree(stage)
     stage.mkdir(parents=True)
     with zipfile.ZipFile(wheel) as zf:
+        if not wheel_libraries(zf.namelist()):
+            raise FileNotFoundError(f"{wheel.name} holds no rvv_attn/{LIBRARY_FOLDER_PREFIX}<version>/{LIBRARY}")
         zf.extractall(stage)
-    if not lib.exists():
-        raise FileNotFoundError(f"{wheel.name} holds no rvv_attn/librvv_attn_ops.so")
     marker.write_text(stamp)
     return stage
 
@@ -153,8 +169,6 @@ def cross_tree(only: Sequence[Variant] | None = None, build_dir: Path = BUILD_DI
 
 
 PACKAGE_DIR = PROJECT_ROOT / "python" / "rvv_attn"
-LIBRARY = "librvv_attn_ops.so"
-BUILD_GENERATED = ("_build_info.py",)
 # Written by the wheel build itself (setuptools-scm, from git), never into the tree:
 # staged from the tree's wheel, whose dist-info the stage also holds.
 WHEEL_GENERATED = ("_version.py",)
@@ -172,8 +186,6 @@ def stage_tree(tree: CrossTree, package_dir: Path = PACKAGE_DIR) -> Path:
     (stage / "rvv_attn").mkdir(parents=True, exist_ok=True)
     (stage / ".staged-from").unlink(missing_ok=True)
     sources = {p.relative_to(package_dir): p for p in package_dir.rglob("*.py")}
-    # Python files CMake generates into the tree (the torch version built against).
-    sources.update({Path(name): tree.build / name for name in BUILD_GENERATED if (tree.build / name).exists()})
     wanted = set(sources) | {Path(name) for name in WHEEL_GENERATED}
     for rel, source in sources.items():
         _replace(source, stage / "rvv_attn" / rel)
@@ -181,7 +193,11 @@ def stage_tree(tree: CrossTree, package_dir: Path = PACKAGE_DIR) -> Path:
     for old in (stage / "rvv_attn").rglob("*.py"):
         if old.relative_to(stage / "rvv_attn") not in wanted:
             old.unlink()
-    _replace(tree.build / LIBRARY, stage / "rvv_attn" / LIBRARY)
+    folder = (tree.build / LIBRARY_FOLDER_FILE).read_text().strip()
+    for old in (stage / "rvv_attn").glob(f"{LIBRARY_FOLDER_PREFIX}*/{LIBRARY}"):
+        if old.parent.name != folder:  # from a build against another torch
+            old.unlink()
+    _replace(tree.build / LIBRARY, stage / "rvv_attn" / folder / LIBRARY)
     return stage
 
 

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from ..errors import DriverError
 from ..paths import BUILD_DIR
 from ..proc import Stopwatch, log
 from ..session import Session
@@ -94,7 +95,10 @@ def sanitizer_env(session: Session) -> dict[str, str]:
         "import importlib.util as u; print(u.find_spec('rvv_attn').submodule_search_locations[0])",
         silent=True,
     ).strip()
-    build.check_sanitized(Path(package_dir) / "librvv_attn_ops.so")
+    libraries = list(Path(package_dir).glob(f"{build.LIBRARY_FOLDER_PREFIX}*/{build.LIBRARY}"))
+    if len(libraries) != 1:
+        raise DriverError(f"expected one operator library in {package_dir}, found {len(libraries)}")
+    build.check_sanitized(libraries[0])
     runtime = session.run(
         "clang++-19", "-print-file-name=libclang_rt.asan-x86_64.so", silent=True, external=True
     ).strip()

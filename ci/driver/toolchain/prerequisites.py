@@ -5,10 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from . import host_packages, qemu, sysroot
+from .torch_lines import TorchLine
 
 
-def ensure() -> tuple[Path, Path]:
-    """Host packages, pinned QEMU and sysroot: each step is a no-op when already done."""
+def ensure(line: TorchLine | None = None) -> tuple[Path, Path]:
+    """Host packages, pinned QEMU and the sysroot of ``line`` (default: the active torch line): each step is a
+    no-op when already done."""
     host_packages.ensure_host_packages()
     qemu_bin = qemu.ensure_qemu()
-    return qemu_bin, sysroot.ensure_sysroot(qemu_bin)
+    return qemu_bin, sysroot.ensure_sysroot(qemu_bin, sysroot.Manifest.for_line(line))

@@ -1,4 +1,4 @@
-"""The riscv64 sysroot: Debian trixie with Python and PyTorch, built without emulation.
+"""The riscv64 sysroot of a torch line: Debian (trixie, forky) with Python and PyTorch, built without emulation.
 
 mmdebstrap's ``extract`` variant unpacks the packages without running any
 maintainer script, so no riscv64 code runs during the build.  What those
@@ -21,17 +21,18 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..paths import TOOLCHAINS_DIR, cache_lock, cache_root
+from ..errors import IntegrityError
+from ..paths import cache_lock, cache_root
 from ..proc import Stopwatch, log, run
-from . import archive, host_packages
+from . import archive, host_packages, torch_lines
 from .guest_commands import guest_command
 from .private_apt import KEYRING
+from .torch_lines import TorchLine
 
-MANIFEST_FILE = TOOLCHAINS_DIR / "sysroot.json"
-LOCK_FILE = TOOLCHAINS_DIR / "sysroot.lock"
 # Bump when fix_up/byte-compiling change, so existing caches are rebuilt.
 RECIPE_VERSION = 1
 MARKER = ".rvv-attn-sysroot.json"
+ARCH = "riscv64"
 TRIPLET = "riscv64-linux-gnu"
 # Links a merged-/usr system has and an extract-only root lacks.
 MERGED_USR_LINKS = {"lib": "usr/lib", "bin": "usr/bin", "sbin": "usr/sbin"}
@@ -52,11 +53,16 @@ class Manifest:
     suite: str
     arch: str
     packages: tuple[str, ...]
+    # Not part of the key: what the build checks and records, not what it puts in.
+    torch: str = ""
+    rolling: bool = False
+    lock_file: Path | None = None
 
     @classmethod
-    def load(cls, path: Path = MANIFEST_FILE) -> Manifest:
-        data = json.loads(path.read_text())
-        return cls(data["suite"], data["arch"], tuple(data["packages"]))
+    def for_line(cls, line: TorchLine | None = None) -> Manifest:
+        """The sysroot of ``line`` (default: the active line, see torch_lines)."""
+        line = line or torch_lines.active_line()
+        return cls(line.suite, ARCH, line.packages, line.torch, line.rolling, line.lock_file)
 
     def key(self) -> str:
         canonical = json.dumps(
@@ -74,10 +80,15 @@ def mmdebstrap_command(manifest: Manifest, archive_url: str, target: Path) -> li
     # Keep the downloaded .debs: their file names are the exact versions that
     # went in (an extract-only root has no dpkg status). take_deb_versions
     # records and then deletes them.
+    # A testing suite's Release file is valid for about a week; a mirror frozen at some date (and a
+    # snapshot archive) serves it expired. The signature is still checked, and the lock records and
+    # check_torch_line checks what the archive served.
+    stale_ok = ["--aptopt=Acquire::Check-Valid-Until false"] if manifest.rolling else []
     return [
         "mmdebstrap",
         "--variant=extract",
         f"--architectures={manifest.arch}",
+        *stale_ok,
         f"--include={','.join(manifest.packages)}",
         "--skip=cleanup/apt/cache",
         manifest.suite,
@@ -106,6 +117,31 @@ def parse_deb_names(text: str) -> dict[str, str]:
         if m:
             versions[m.group(1)] = m.group(2).replace("%3a", ":")
     return dict(sorted(versions.items()))
+
+
+def check_torch_line(manifest: Manifest, versions: dict[str, str]) -> None:
+    """A rolling suite may have moved on to another torch: then this line cannot be built from it any more."""
+    served = versions.get("python3-torch", "")
+    if not manifest.torch or not served:
+        return
+    upstream = served.split(":", 1)[-1]
+    if not (upstream == manifest.torch or upstream.startswith(manifest.torch + ".")):
+        raise IntegrityError(
+            f"Debian {manifest.suite} now serves python3-torch {served}, not torch {manifest.torch}.x",
+            f"add a line for it to toolchains/torch_lines.json (docs/toolchain.md, 'Torch lines'), or point "
+            f"{archive.ARCHIVE_ENV} at an archive that still has {manifest.torch}",
+        )
+
+
+def host_pin(line: TorchLine, debian_package: str, pypi_name: str) -> str:
+    """``hypothesis==6.130.5`` from the line's lock (``python3-hypothesis 6.130.5-2``), so the host draws test
+    examples with the same generator as the emulated target; the bare name where the lock has none."""
+    versions = parse_lock(line.lock_file.read_text()) if line.lock_file.exists() else {}
+    debian = versions.get(debian_package)
+    if not debian:
+        return pypi_name
+    upstream = debian.split(":", 1)[-1].rsplit("-", 1)[0].split("+", 1)[0]
+    return f"{pypi_name}=={upstream}"
 
 
 def format_lock(manifest: Manifest, versions: dict[str, str]) -> str:
@@ -211,7 +247,7 @@ def is_complete(root: Path, key: str) -> bool:
 
 def ensure_sysroot(qemu: Path, manifest: Manifest | None = None) -> Path:
     """Return a complete sysroot for the manifest, building it if needed."""
-    manifest = manifest or Manifest.load()
+    manifest = manifest or Manifest.for_line()
     root = manifest.path()
     key = manifest.key()
     with cache_lock("sysroot"):
@@ -243,6 +279,7 @@ def _build(manifest: Manifest, root: Path, key: str, qemu: Path) -> Path:
         if prefix:
             run([*prefix, "chown", "-R", f"{os.getuid()}:{os.getgid()}", str(partial)])
         versions = take_deb_versions(partial)
+        check_torch_line(manifest, versions)
         fix_up(partial)
     with Stopwatch("byte-compiling the sysroot's Python trees under QEMU (about 2-4 minutes)"):
         byte_compile(partial, qemu)
@@ -264,14 +301,17 @@ def _build(manifest: Manifest, root: Path, key: str, qemu: Path) -> Path:
 
 
 def record_lock(manifest: Manifest, versions: dict[str, str]) -> None:
-    old = parse_lock(LOCK_FILE.read_text()) if LOCK_FILE.exists() else {}
+    lock_file = manifest.lock_file
+    if lock_file is None:
+        return
+    old = parse_lock(lock_file.read_text()) if lock_file.exists() else {}
     drift = lock_drift(old, versions)
     if not drift:
         return
-    LOCK_FILE.write_text(format_lock(manifest, versions))
+    lock_file.write_text(format_lock(manifest, versions))
     if old:
         log(
-            f"the archive served other versions than {LOCK_FILE.name} records ({len(drift)} changes); "
+            f"the archive served other versions than {lock_file.name} records ({len(drift)} changes); "
             "the file is updated, commit it:"
         )
         for line in drift[:20]:

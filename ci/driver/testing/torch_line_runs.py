@@ -1,0 +1,50 @@
+"""The test runs of a torch line other than the default: the same sessions, in a nested nox with the line chosen.
+
+Every session already follows ``RVV_ATTN_TORCH_LINE`` (its sysroot, host torch,
+build trees and venvs), so a line's runs are the default line's sessions run
+again with that variable set: its whole matrix (test-torch2.14), and the share
+`nox -t test` runs (test-torch2.14-quick): VLEN 256 with the variant-independent
+tests, the portable build on the host, and the quick install test.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+
+from ..paths import LINE_ENV
+from ..toolchain.torch_lines import TorchLine
+from ..toolchain.vlens import variant_independent_lane
+from .beside import nested_nox_command
+
+# test-emulated's options for the share of `nox -t test`: one configuration (the one that also runs the
+# variant-independent tests), and beside it the host's portable build and the quick install test.
+QUICK_SHARE = ("--beside=test-host,install-test-quick",)
+# The whole matrix of a line: every configuration, and beside them everything of `nox -t test` but
+# bench-check (instruction counts do not depend on the torch line; its baseline is the default line's).
+FULL_SHARE = ("--beside=test-host,test-toolchain,sanitize,install-test-quick",)
+
+
+def quick_args() -> tuple[str, ...]:
+    return (f"--configs=vlen{variant_independent_lane()}", *QUICK_SHARE)
+
+
+def line_run(
+    line: TorchLine, quick: bool, posargs: Sequence[str], environ: Mapping[str, str] | None = None
+) -> tuple[list[str], dict[str, str]]:
+    """Command and environment of a line's run: test-emulated and summary, with the line selected."""
+    env = dict(os.environ if environ is None else environ)
+    env[LINE_ENV] = line.torch
+    share = quick_args() if quick else FULL_SHARE
+    command = [*nested_nox_command(["test-emulated", "summary"]), "--", *share, *posargs]
+    return command, env
+
+
+def session_docs(line: TorchLine) -> dict[str, str]:
+    return {
+        "full": f"Every test of `nox -t test` (but bench-check) against {line.describe()}: every VLEN and agnostic "
+        f"lane under QEMU, the host's portable and sanitizer builds, the install test (RVV_ATTN_TORCH_LINE="
+        f"{line.torch} for any other session).",
+        "quick": f"The share of `nox -t test` for {line.describe()}: the suite at VLEN {variant_independent_lane()} "
+        "(with the variant-independent tests) under QEMU, the portable build on the host, the quick install test.",
+    }
