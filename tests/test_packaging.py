@@ -105,7 +105,6 @@ def test_shipped_libraries_are_the_torch_folders_that_hold_a_library(tmp_path):
     }
 
 
-@pytest.mark.variant_independent
 def test_the_loaded_library_is_the_one_for_this_torch():
     info = rvv_attn.runtime_info()
     assert rvv_attn.library_path.parent.name == f"torch-{info['built_against_torch']}"

@@ -282,7 +282,7 @@ def run_session(session: Session, plan: Sequence[tuple[Config, tuple[str, ...]]]
     """The install test of ``wheel`` (built by the release steps if None): run ``plan``, print each
     configuration's outcome, fail if any failed."""
     qemu_bin, root = toolchain.ensure()
-    wheel = wheel or release_artefacts(session, root)
+    wheel = wheel or release_artefacts(session)
     timings = run_plan(qemu_bin, root, wheel, plan, BUILD_DIR / "install-test", cwd=Path.cwd())
     print("\n".join(["", f"install test of {wheel.name}:", *(t.line() for t in timings)]), flush=True)
     if not all(t.ok for t in timings):
