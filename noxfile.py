@@ -197,6 +197,17 @@ def check_dist(session: nox.Session) -> None:
     log(f"ready to publish {tag}: {wheel_path.name}, {sdist.name}")
 
 
+@_session(name="sdist-native", default=False)
+def sdist_native(session: nox.Session) -> None:
+    """Build the sdist natively in an emulated Debian riscv64 root of the torch line, with its GCC and clang.
+
+    As a board user does: pip install --no-build-isolation --no-binary into a venv with the system's torch,
+    then the operator tests against it at VLEN 256. Slow (the compilers run under QEMU); registers QEMU with
+    binfmt_misc while it runs. Options: --compilers=gcc,clang  --vlen=256; pytest arguments follow.
+    """
+    release.native_build.run_session(session, session.posargs)
+
+
 @_session(name="ci-matrix", python=False, default=False)
 def ci_matrix_outputs(session: nox.Session) -> None:
     """Print the GitHub Actions matrices (from toolchains/vlens.json) as name=json lines for $GITHUB_OUTPUT."""

@@ -75,7 +75,13 @@ TWO_LINES = {"2.6.0": Path("torch-2.6.0/lib.so"), "2.14.1": Path("torch-2.14.1/l
 @pytest.mark.variant_independent
 @pytest.mark.parametrize(
     ("running", "built"),
-    [("2.6.0", "2.6.0"), ("2.6.0+debian", "2.6.0"), ("2.6.3", "2.6.0"), ("2.14.1+debian", "2.14.1"), ("2.14.0a0", "2.14.1")],
+    [
+        ("2.6.0", "2.6.0"),
+        ("2.6.0+debian", "2.6.0"),
+        ("2.6.3", "2.6.0"),
+        ("2.14.1+debian", "2.14.1"),
+        ("2.14.0a0", "2.14.1"),
+    ],
 )
 def test_torch_guard_picks_the_library_of_the_same_major_minor(running, built):
     assert pick_library("0.1", TWO_LINES, running) == (built, TWO_LINES[built])

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import base64
 import hashlib
-
 import io
 import os
 import shutil
@@ -162,7 +161,9 @@ def test_release_wheel_check_wants_one_library_per_torch_line(tmp_path, shared_l
     files = _good_files(shared_libraries[1])
     del files[LINE_LIBRARIES[1]]
     wheel = _wheel(tmp_path / "rvv_attn-1.0-py3-none-manylinux_2_39_riscv64.whl", files)
-    with pytest.raises(DriverError, match=r"has operator libraries for torch 2.6, not one for each torch line \(2.14, 2.6\)"):
+    with pytest.raises(
+        DriverError, match=r"has operator libraries for torch 2.6, not one for each torch line \(2.14, 2.6\)"
+    ):
         release.check_release_wheel(wheel)
     files[LINE_LIBRARIES[0].replace("torch-2.6.0", "torch-2.6.1")] = shared_libraries[1]  # two for one line
     with pytest.raises(DriverError, match="has operator libraries for torch 2.6, 2.6, not one for each"):

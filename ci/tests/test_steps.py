@@ -87,7 +87,9 @@ def test_cross_build_runs_pip_wheel_with_the_compiler_cache(session, tmp_path, m
 def test_the_release_wheel_is_built_from_the_unpacked_sdist_once_per_torch_line():
     trees = set()
     for line in torch_lines.lines():
-        args = release.wheel_from_sdist_args(Path(f"/sysroot-{line.suite}"), Path("/src/rvv_attn-1.0"), Path("/raw"), line)
+        args = release.wheel_from_sdist_args(
+            Path(f"/sysroot-{line.suite}"), Path("/src/rvv_attn-1.0"), Path("/raw"), line
+        )
         assert args[-1] == "/src/rvv_attn-1.0" and str(build.PROJECT_ROOT) not in args
         assert f"cmake.define.RVV_ATTN_VLENS={';'.join(str(v.vlen) for v in vlens.variants())}" in args
         assert f"cmake.define.RVV_ATTN_SYSROOT=/sysroot-{line.suite}" in args

@@ -11,8 +11,7 @@ from pathlib import Path
 import yaml
 
 from driver.release import ci_matrix, install_test
-from driver.toolchain import torch_lines
-from driver.toolchain import vlens
+from driver.toolchain import torch_lines, vlens
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKFLOW = ROOT / ".github/workflows/ci.yml"

@@ -13,11 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from driver.toolchain import build
+from driver.toolchain import build, torch_lines, vlens
 from driver.toolchain import qemu as qemu_pin
 from driver.toolchain import sysroot as sysroot_recipe
-from driver.toolchain import torch_lines
-from driver.toolchain import vlens
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]

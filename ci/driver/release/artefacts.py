@@ -170,7 +170,7 @@ def merge_line_wheels(wheels: Sequence[Path], out_dir: Path) -> Path:
             own = build.wheel_libraries(names)
             if len(own) != 1:
                 raise DriverError(f"{wheel.name} holds {len(own)} operator libraries; a line's wheel holds one")
-            (version, library), = own.items()
+            ((version, library),) = own.items()
             if version in libraries:
                 raise DriverError(f"two wheels hold a library built against torch {version}")
             libraries[version] = wheel.name

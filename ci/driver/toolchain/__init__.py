@@ -9,7 +9,9 @@
 - ``torch_lines``: the torch-line table (toolchains/torch_lines.json): each line's Debian suite, host torch, lock;
 - ``guest_commands``: command lines and environments of programs run in the emulated target;
 - ``build``: the scikit-build-core builds (the host install, the riscv64 wheel, the staged trees);
-- ``build_steps``: those builds as steps of a nox session.
+- ``build_steps``: those builds as steps of a nox session;
+- ``binfmt`` and ``board_root``: riscv64 programs run as native (binfmt_misc) and a Debian root installed as on
+  a board, for the native sdist build.
 """
 
 from .build import SANITIZER_DEFINES

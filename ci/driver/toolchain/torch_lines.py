@@ -88,4 +88,3 @@ def active_line(environ: Mapping[str, str] | None = None, table: Path = TABLE_FI
 def other_lines(table: Path = TABLE_FILE) -> list[TorchLine]:
     """Every line but the default: each gets sessions of its own (test-torch2.14, ...)."""
     return lines(table)[1:]
-
