@@ -40,8 +40,9 @@ hart\t\t: 1
 model name\t: Spacemit(R) X60
 uarch\t\t: spacemit,x60
 """
-# What qemu-riscv64's user mode writes for /proc/cpuinfo.
-QEMU_CPUINFO = "processor\t: 0\nhart\t\t: 0\nisa\t\t: rv64imafdcv_zicsr\nmmu\t\t: sv48\n\n"
+# What qemu-riscv64's user mode writes for /proc/cpuinfo: 10.0.13 (the pinned one), and before uarch was added.
+QEMU_CPUINFO = "processor\t: 0\nhart\t\t: 0\nisa\t\t: rv64imafdcv_zicsr\nmmu\t\t: sv48\nuarch\t\t: qemu\n\n"
+OLDER_QEMU_CPUINFO = "processor\t: 0\nhart\t\t: 0\nisa\t\t: rv64imafdcv_zicsr\nmmu\t\t: sv48\n\n"
 
 
 def _spread(median: float, low: float | None = None, high: float | None = None) -> timing.Spread:
@@ -171,8 +172,9 @@ def test_cpuinfo_of_a_k1_and_of_qemu_and_the_emulation_verdict():
     assert k1["processors"] == 2 and k1["uarch"] == "spacemit,x60" and k1["model name"] == "Spacemit(R) X60"
     assert machine.emulation({}, k1, "riscv64") is None
     assert machine.cpu_name({"cpu": k1}).startswith("Spacemit(R) X60 (spacemit,x60), isa rv64imafdcv_zicbom")
-    qemu = machine.parse_cpuinfo(QEMU_CPUINFO)
-    assert "no uarch or mvendorid" in machine.emulation({}, qemu, "riscv64")
+    assert machine.emulation({}, machine.parse_cpuinfo(QEMU_CPUINFO), "riscv64") == "/proc/cpuinfo says uarch qemu"
+    older = machine.emulation({}, machine.parse_cpuinfo(OLDER_QEMU_CPUINFO), "riscv64")
+    assert "no uarch or mvendorid line" in older
     assert machine.emulation({"RVV_ATTN_QEMU_CPU": "rv64,v=true"}, k1, "riscv64") == "RVV_ATTN_QEMU_CPU=rv64,v=true"
     assert machine.emulation({"RVV_ATTN_EMULATED": "qemu-riscv64"}, {}, "x86_64").startswith("RVV_ATTN_EMULATED")
     # The host's portable build runs natively.

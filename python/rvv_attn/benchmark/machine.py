@@ -41,15 +41,17 @@ def parse_cpuinfo(text: str) -> dict[str, object]:
 def emulation(env: Mapping[str, str], cpuinfo: Mapping[str, object], machine: str) -> str | None:
     """Why these times are emulated (a sentence), or None on real hardware.
 
-    The runner's variables say it first. Failing those, a riscv64 /proc/cpuinfo without ``uarch`` or
-    ``mvendorid`` is QEMU's user mode (it writes only processor, hart, isa and mmu; the Linux kernel on real
-    RISC-V hardware writes the machine IDs).
+    The runner's variables say it first. Failing those, QEMU's user mode writes its own /proc/cpuinfo:
+    ``uarch : qemu`` (10.0; older versions no uarch line) and never the machine IDs (``mvendorid``) that the
+    Linux kernel writes on real RISC-V hardware.
     """
     for name in EMULATION_ENV:
         if env.get(name):
             return f"{name}={env[name]}"
+    if cpuinfo.get("uarch") == "qemu":
+        return "/proc/cpuinfo says uarch qemu"
     if machine == "riscv64" and cpuinfo.get("processors") and not ({"uarch", "mvendorid"} & set(cpuinfo)):
-        return "/proc/cpuinfo has no uarch or mvendorid line (as qemu-riscv64's user mode writes it)"
+        return "/proc/cpuinfo has no uarch or mvendorid line, as QEMU's user mode writes it"
     return None
 
 
