@@ -127,7 +127,7 @@ def kernel_cases(int8_extend: bool = True) -> list[Case]:
     An extend with a 1024-token prefix is the costliest row to emulate (about 5.5 min at VLEN 128, 3 min for
     the portable build: QEMU works element by element), so only bf16 measures it; the int8 caches' extend
     path is measured at prefix 0 (20-40 s a row, so at HEADLINE_VLEN only: the kernel is bf16's, only its
-    K/V loads differ), and their long-context cost by the decode rows.
+    K/V loads differ), and their long-context cost by the decode rows. Then the 32k and MLA decode rows.
     """
     cases = [Case("decode", dt, batch=b, seq=s) for dt in DTYPES for b in (1, 8) for s in (1024, 4096)]
     cases += [Case("extend", dt, prefix=0, new=NEW_TOKENS) for dt in DTYPES if int8_extend or dt == "bf16"]
