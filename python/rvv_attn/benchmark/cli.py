@@ -127,7 +127,7 @@ def run(plan: shapes.Plan, sdpa: bool, clock_mhz: float | None, estimates: dict,
                 spreads = [spread(t) for t in timed] + [None]
                 row = report.make_row(shape, n, spreads[0], spreads[1], probes[n], clock_mhz, estimates)
                 rows.append(row)
-                progress(f"{shape.label}, {n} threads: {row['rvv']['median'] * 1e3:.3g} ms")
+                progress(f"{shape.label}, {n} threads: {row['rvv']['median'] * 1e3:,.1f} ms")
             del calls  # the next shape's caches may be as large
     finally:
         torch.set_num_threads(threads_before)
