@@ -36,6 +36,9 @@ STATIC_SCALE = 0.02
 # numbers under QEMU costs a minute and measures nothing.
 MAX_TOKENS, MAX_BATCH = 4096, 64
 CACHE_SLOTS = MAX_TOKENS + MAX_BATCH
+# Decode at long context (one sequence): its own caches, built from the MAX_TOKENS ones (Caches.get).
+LONG_TOKENS = 32768
+LONG_SLOTS = LONG_TOKENS + MAX_BATCH
 OPS = rvv_attn.ops
 
 
@@ -63,28 +66,51 @@ def library_text_range() -> tuple[int, int]:
 
 
 class Caches:
-    """KV caches shared by the cases (one per storage dtype), as large as the largest case needs."""
+    """KV caches shared by the cases (one per storage dtype and head shape), as large as the largest case needs.
 
-    def __init__(self, slots: int, heads_kv: int, head_dim: int, head_dim_v: int) -> None:
-        self.shape = (slots, heads_kv, head_dim, head_dim_v)
-        self._made: dict[str, tuple[torch.Tensor, ...]] = {}
+    A case longer than MAX_TOKENS gets caches of LONG_SLOTS slots: the MAX_TOKENS ones repeated (filling 32k
+    slots with random numbers would cost minutes under QEMU; the instruction counts do not depend on the values
+    repeating). They are made only when such a case runs, after the others: the existing rows see the same
+    allocations as before they existed.
+    """
 
-    def get(self, dtype: str) -> tuple[torch.Tensor, ...]:
-        if dtype not in self._made:
-            slots, hkv, d, dv = self.shape
-            g = torch.Generator().manual_seed(1)
-            if dtype == "bf16":
-                self._made[dtype] = (
-                    torch.randn(slots, hkv, d, generator=g).bfloat16(),
-                    torch.randn(slots, hkv, dv, generator=g).bfloat16(),
-                )
+    def __init__(self, slots: int) -> None:
+        self.slots = slots
+        self._made: dict[tuple, tuple[torch.Tensor, ...]] = {}
+
+    def get(self, case: dict) -> tuple[torch.Tensor, ...]:
+        dtype = "bf16" if case["dtype"] == "bf16" else "int8"
+        shape = (dtype, case["heads_kv"], case["head_dim"], case["head_dim_v"], case.get("v_in_k", False))
+        long = tokens_of(case) > MAX_TOKENS
+        key = (*shape, long)
+        if key not in self._made:
+            if long:
+                short = self.get({**case, "seq": MAX_TOKENS, "prefix": 0, "new": 0})
+                copies = -(-LONG_SLOTS // self.slots)
+                self._made[key] = tuple(t.repeat(copies, *([1] * (t.dim() - 1)))[:LONG_SLOTS] for t in short)
+                if shape[-1]:  # keep V a view of K
+                    k = self._made[key][0]
+                    self._made[key] = (k, k[..., : shape[3]])
             else:
-                k = torch.randint(-127, 128, (slots, hkv, d), generator=g, dtype=torch.int8)
-                v = torch.randint(-127, 128, (slots, hkv, dv), generator=g, dtype=torch.int8)
-                ks = torch.rand(slots, hkv, generator=g) * 0.02 + 0.01
-                vs = torch.rand(slots, hkv, generator=g) * 0.02 + 0.01
-                self._made[dtype] = (k, v, ks, vs)
-        return self._made[dtype]
+                self._made[key] = self._fresh(*shape)
+        return self._made[key]
+
+    def _fresh(self, dtype: str, hkv: int, d: int, dv: int, v_in_k: bool) -> tuple[torch.Tensor, ...]:
+        g = torch.Generator().manual_seed(1)
+        slots = self.slots
+        if dtype == "bf16":
+            k = torch.randn(slots, hkv, d, generator=g).bfloat16()
+            return (k, k[..., :dv]) if v_in_k else (k, torch.randn(slots, hkv, dv, generator=g).bfloat16())
+        k = torch.randint(-127, 128, (slots, hkv, d), generator=g, dtype=torch.int8)
+        v = torch.randint(-127, 128, (slots, hkv, dv), generator=g, dtype=torch.int8)
+        ks = torch.rand(slots, hkv, generator=g) * 0.02 + 0.01
+        vs = torch.rand(slots, hkv, generator=g) * 0.02 + 0.01
+        return (k, v, ks, vs)
+
+
+def tokens_of(case: dict) -> int:
+    """Cache tokens a case's sequences span."""
+    return case["seq"] if case["op"] == "decode" else case["prefix"] + case["new"]
 
 
 def _token_map(g: torch.Generator, batch: int, length: int, own_last: bool) -> tuple[torch.Tensor, torch.Tensor]:
@@ -92,14 +118,15 @@ def _token_map(g: torch.Generator, batch: int, length: int, own_last: bool) -> t
 
     ``own_last``: each sequence's last token gets a slot of its own (a decode step's new token).
     """
-    if length > MAX_TOKENS or batch > MAX_BATCH:
-        raise ValueError(f"a case with B={batch}, {length} tokens exceeds MAX_TOKENS/MAX_BATCH")
+    tokens = MAX_TOKENS if length <= MAX_TOKENS else LONG_TOKENS
+    if length > tokens or batch > MAX_BATCH:
+        raise ValueError(f"a case with B={batch}, {length} tokens exceeds LONG_TOKENS/MAX_BATCH")
     rows = torch.randperm(batch + 2, generator=g)[:batch]
     req_to_token = torch.zeros(batch + 2, length, dtype=torch.int64)
     for b in range(batch):
-        req_to_token[rows[b]] = torch.randperm(MAX_TOKENS, generator=g)[:length]
+        req_to_token[rows[b]] = torch.randperm(tokens, generator=g)[:length]
         if own_last:
-            req_to_token[rows[b], -1] = MAX_TOKENS + b
+            req_to_token[rows[b], -1] = tokens + b
     return req_to_token, rows.to(torch.int64)
 
 
@@ -110,11 +137,13 @@ def decode_call(case: dict, caches: Caches):
     query = torch.randn(b, h, d, generator=g).bfloat16()
     key, value = torch.randn(b, hkv, d, generator=g).bfloat16(), torch.randn(b, hkv, dv, generator=g).bfloat16()
     loc = req_to_token[pools, s - 1].clone()
-    kv = caches.get("bf16" if case["dtype"] == "bf16" else "int8")
+    kv = caches.get(case)
     if case["dtype"] == "bf16":
         # The new token is what the cache already holds there: writing it changes nothing that a later
         # case (or a subset run) reads.
         key, value = kv[0][loc].clone(), kv[1][loc].clone()
+        if case["v_in_k"]:  # MLA: the new value is a view of the new key, as SGLang passes it
+            value = key[..., :dv]
     seq_lens = torch.full((b,), s, dtype=torch.int64)
     output = torch.empty(b, h, dv, dtype=torch.bfloat16)
     logits = torch.empty(b, h, case["splits"], dv + 1)
@@ -190,7 +219,7 @@ def extend_call(case: dict, caches: Caches):
     ext_lens = torch.full((b,), n, dtype=torch.int64)
     starts = torch.arange(b, dtype=torch.int64) * n
     sm_scale = 1.0 / math.sqrt(d)
-    kv = caches.get("bf16" if case["dtype"] == "bf16" else "int8")
+    kv = caches.get(case)
     if case["impl"] == "torch-sdpa":
         k_buf, v_buf = kv
         # New token i sees the prefix and new tokens 0..i.
@@ -259,8 +288,7 @@ def main(cases_file: str, variant: str) -> None:
     active = rvv_attn.runtime_info()["active_variant"]
     if active != variant:
         raise RuntimeError(f"asked for variant {variant}, the library runs {active}")
-    first = cases[0]
-    caches = Caches(CACHE_SLOTS, first["heads_kv"], first["head_dim"], first["head_dim_v"])
+    caches = Caches(CACHE_SLOTS)
     lo, hi = library_text_range()
     mark(MARK_RANGE_LO, lo)
     mark(MARK_RANGE_HI, hi)

@@ -65,9 +65,11 @@ def test_full_matrix_covers_the_issue():
     names = [c.name for c in configs]
     assert names == ["portable", "torch-sdpa", "vlen128", "vlen256", "vlen512", "vlen1024"]
     contract = {c.id for c in cases.contract_cases()}
+    other_models = {c.id for c in cases.long_and_mla_cases()}
     for config in configs[:1] + configs[2:]:
         # The rows of SGLang main's options (test_units_of_sglang_mains_options) are apart from the matrix.
-        kernel = [c for c in config.cases if c.id not in contract]
+        assert other_models <= {c.id for c in config.cases}, config.name
+        kernel = [c for c in config.cases if c.id not in contract | other_models]
         assert {(c.batch, c.seq, c.dtype) for c in kernel if c.op == "decode"} == {
             (b, s, dt) for b in (1, 8) for s in (1024, 4096) for dt in cases.DTYPES
         }
@@ -80,6 +82,18 @@ def test_full_matrix_covers_the_issue():
         "extend torch-sdpa bf16 B=1 prefix=1024+256",
         "varlen torch-sdpa bf16 images=4 patches=256 H=16 D=64",
     ]
+
+
+def test_long_context_and_mla_rows_are_named_by_their_shapes():
+    long, mla = cases.long_and_mla_cases()
+    assert long.id == "decode bf16 B=1 seq=32768" and long.units() == 32768 * 8
+    assert mla.id == "decode bf16 B=1 seq=4096 MLA H=16/1 D=576/512"
+    # One latent head: a unit is a token, each read once as a 576-wide bf16 row that holds V too.
+    assert mla.units() == 4096 and mla.group == 16
+    assert mla.kv_bytes_per_unit() == 576 * 2
+    assert mla.fma_registers_per_unit(256) == 16 * (576 + 512) / 8
+    # The Llama-like rows keep the names the baseline is keyed by.
+    assert cases.Case("decode", "bf16", seq=4096).id == "decode bf16 B=1 seq=4096"
 
 
 def test_check_subset_is_in_the_full_matrix():

@@ -15,6 +15,7 @@ from driver.toolchain import torch_lines, vlens
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKFLOW = ROOT / ".github/workflows/ci.yml"
+BOARD_SCRIPT = "ci/board/run-board-checks.sh"
 
 
 def _workflow() -> dict:
@@ -91,7 +92,9 @@ def test_every_job_runs_nox_sessions_and_caches_by_the_manifests():
     manifests = ("'toolchains/torch_lines.json'", "'toolchains/qemu.lock.json'", "'ci/driver/toolchain/sysroot.py'")
     for name, job in jobs.items():
         runs = [s["run"] for s in job["steps"] if "run" in s]
-        assert runs and runs[0].startswith("./ci/nox -s "), f"job {name} runs no nox session first: {runs}"
+        # The board job runs what a person runs on a board, without the cross toolchain (test below).
+        first = BOARD_SCRIPT if name == "board" else "./ci/nox -s "
+        assert runs and runs[0].startswith(first), f"job {name} runs neither a nox session nor the board checks: {runs}"
         for step in job["steps"]:
             if step.get("uses", "").startswith("actions/cache@"):
                 assert step["with"]["path"] == "~/.cache/rvv-attn", name
@@ -104,8 +107,8 @@ def test_release_job_publishes_only_on_version_tags_with_trusted_publishing():
     workflow = _workflow()
     job = workflow["jobs"]["release"]
     assert job["if"] == "github.event_name == 'push' && startsWith(github.ref, 'refs/tags/v')"
-    # Every other job must have passed.
-    assert set(job["needs"]) == set(workflow["jobs"]) - {"release", "matrix"}
+    # Every other job must have passed, except the board job: it runs only where the board runners are enabled.
+    assert set(job["needs"]) == set(workflow["jobs"]) - {"release", "matrix", "board"}
     assert job["permissions"] == {"id-token": "write", "contents": "write"}
     assert job["environment"]["name"] == "pypi"
     publish = [s for s in job["steps"] if s.get("uses", "").startswith("pypa/gh-action-pypi-publish@")]
@@ -113,3 +116,29 @@ def test_release_job_publishes_only_on_version_tags_with_trusted_publishing():
     assert workflow["permissions"] == {"contents": "read"}  # other jobs get no write access
     order = [s.get("run", s.get("uses", "")).split()[0] for s in job["steps"]]
     assert order.index("./ci/nox") < order.index("pypa/gh-action-pypi-publish@release/v1") < order.index("gh")
+
+
+def test_board_job_runs_the_board_checks_on_the_wheel_where_the_runners_are_enabled():
+    jobs = _workflow()["jobs"]
+    job = jobs["board"]
+    # Forks and repositories without RISE's runners never queue it.
+    assert job["if"] == "vars.RISCV_BOARD_RUNNER == 'true'"
+    assert job["runs-on"] == "ubuntu-24.04-riscv" and job["needs"] == "wheel"
+    # The wheel the workflow built and tested, under the wheel job's artifact name.
+    uploaded = next(s for s in jobs["wheel"]["steps"] if s.get("uses", "").startswith("actions/upload-artifact@"))
+    download = next(s for s in job["steps"] if s.get("uses", "").startswith("actions/download-artifact@"))
+    assert download["with"] == {"name": uploaded["with"]["name"], "path": "dist"}
+    runs = [s["run"] for s in job["steps"] if "run" in s]
+    assert runs[0] == f"{BOARD_SCRIPT} --container --wheel=dist --expect-vlen=256"
+    assert (ROOT / BOARD_SCRIPT).is_file()
+    assert any("build/results/board/summary.md" in r and "$GITHUB_STEP_SUMMARY" in r for r in runs[1:])
+    upload = next(s for s in job["steps"] if s.get("uses", "").startswith("actions/upload-artifact@"))
+    assert upload["if"] == "always()" and upload["with"]["path"] == "build/results/board"
+
+
+def test_the_board_results_issue_template_asks_for_the_json():
+    template = yaml.safe_load((ROOT / ".github/ISSUE_TEMPLATE/board-results.yml").read_text())
+    fields = {f.get("id"): f for f in template["body"] if f.get("id")}
+    assert fields["json"]["type"] == "textarea" and fields["json"]["validations"]["required"] is True
+    assert "benchmark.json" in fields["json"]["attributes"]["label"]
+    assert {"board", "os", "command"} <= set(fields)

@@ -11,6 +11,7 @@ from ..toolchain.vlens import by_vlen, variants
 HEADS, HEADS_KV, HEAD_DIM = 32, 8, 128
 DECODE_SPLITS = 8
 NEW_TOKENS = 256
+LONG_CONTEXT = 32768
 DTYPES = ("bf16", "int8-static", "int8-dynamic")
 NATIVE = "torch-sdpa"
 # The VLEN of the headline figures: the int8 extend rows, the guard's subset and the docs' detail table.
@@ -36,6 +37,7 @@ class Case:
     head_dim: int = HEAD_DIM
     head_dim_v: int = HEAD_DIM
     splits: int = DECODE_SPLITS
+    v_in_k: bool = False  # MLA: the V rows are the first Dv columns of the K rows (one latent cache)
 
     @property
     def id(self) -> str:
@@ -46,6 +48,11 @@ class Case:
         }[self.op]
         impl = f" {self.impl}" if self.impl != "rvv-attn" else ""
         options = (f" window={self.window}" if self.window else "") + (" sinks" if self.sinks else "")
+        heads = (self.heads, self.heads_kv, self.head_dim, self.head_dim_v)
+        if self.op != "varlen" and heads != (HEADS, HEADS_KV, HEAD_DIM, HEAD_DIM):
+            # Other models' heads; the Llama-like default keeps the short names the baseline was keyed by.
+            options += " MLA" if self.v_in_k else ""
+            options += f" H={self.heads}/{self.heads_kv} D={self.head_dim}/{self.head_dim_v}"
         return f"{self.op}{impl} {self.dtype} {shape}{options}"
 
     @property
@@ -84,10 +91,11 @@ class Case:
 
         Decode: one K and one V row per KV token per KV head; extend: every key's rows once per KV head,
         spread over the pairs of the G query heads that share them. int8 rows are a byte per element plus,
-        with dynamic scales, a float32 scale per row.
+        with dynamic scales, a float32 scale per row. MLA's V rows lie inside its K rows: only K is read.
         """
         element = 2 if self.dtype == "bf16" else 1
-        row_bytes = (self.head_dim + self.head_dim_v) * element + (8 if self.dtype == "int8-dynamic" else 0)
+        columns = self.head_dim if self.v_in_k else self.head_dim + self.head_dim_v
+        row_bytes = columns * element + (8 if self.dtype == "int8-dynamic" else 0)
         if self.op == "decode":
             return float(row_bytes)
         keys = self.prefix + self.new if self.op == "extend" else self.new
@@ -119,12 +127,23 @@ def kernel_cases(int8_extend: bool = True) -> list[Case]:
     An extend with a 1024-token prefix is the costliest row to emulate (about 5.5 min at VLEN 128, 3 min for
     the portable build: QEMU works element by element), so only bf16 measures it; the int8 caches' extend
     path is measured at prefix 0 (20-40 s a row, so at HEADLINE_VLEN only: the kernel is bf16's, only its
-    K/V loads differ), and their long-context cost by the decode rows.
+    K/V loads differ), and their long-context cost by the decode rows. Then the 32k and MLA decode rows.
     """
     cases = [Case("decode", dt, batch=b, seq=s) for dt in DTYPES for b in (1, 8) for s in (1024, 4096)]
     cases += [Case("extend", dt, prefix=0, new=NEW_TOKENS) for dt in DTYPES if int8_extend or dt == "bf16"]
     cases.append(Case("extend", "bf16", prefix=1024, new=NEW_TOKENS))
-    return cases
+    return cases + long_and_mla_cases()
+
+
+def long_and_mla_cases() -> list[Case]:
+    """Decode at a 32k context (the same work as B=8 at 4096, through one sequence's long token map), and
+    DeepSeek-V2-Lite's MLA decode: 16 query heads over one latent head, D = 576 (512 latent + 64 rope), V the
+    first 512 columns of the K rows (tests/test_mla.py calls it the same way)."""
+    return [Case("decode", "bf16", seq=LONG_CONTEXT), mla_case()]
+
+
+def mla_case() -> Case:
+    return Case("decode", "bf16", seq=4096, heads=16, heads_kv=1, head_dim=576, head_dim_v=512, v_in_k=True)
 
 
 def headline_cases() -> list[Case]:

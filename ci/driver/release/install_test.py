@@ -52,7 +52,8 @@ QUICK_SELECTION: dict[str, tuple[str, ...]] = {
         "tests/test_sglang_compat.py",
         "tests/test_int8_kv_cache.py",
     ),
-    "first-vlen": ("tests/test_runtime.py", "tests/test_packaging.py"),
+    # ... and the board checks' script (ci/board/) with the benchmark's smoke plan, as a board runs them.
+    "first-vlen": ("tests/test_runtime.py", "tests/test_packaging.py", "tests/test_board_checks.py"),
 }
 
 

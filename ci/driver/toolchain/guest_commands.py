@@ -39,6 +39,8 @@ def guest_env(
 ) -> dict[str, str]:
     host_env = os.environ if host_env is None else host_env
     env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "TMPDIR": str(tmpdir), "PYTHONDONTWRITEBYTECODE": "1"}
+    # Tells programs their clock is QEMU's (python -m rvv_attn.benchmark labels its times emulated).
+    env["RVV_ATTN_EMULATED"] = "qemu-riscv64"
     for name in PASS_THROUGH:
         if name in host_env:
             env[name] = host_env[name]
