@@ -17,8 +17,8 @@ CPUFREQ = Path("/sys/devices/system/cpu/cpu0/cpufreq")
 CPUINFO_KEYS = ("model name", "uarch", "isa", "mvendorid", "marchid", "mimpid", "mmu", "cpu MHz")
 # Variables that decide torch's threads and their pinning.
 THREAD_ENV_PREFIXES = ("OMP_", "GOMP_", "KMP_", "MKL_NUM_THREADS", "TORCH_")
-# Set by the project's emulated runner (ci/driver/toolchain/guest_commands.py, the test and install-test sessions), and by
-# qemu-user's own options given as variables.
+# Set by the project's emulated runner (ci/driver/toolchain/guest_commands.py, the test and install-test
+# sessions), and by qemu-user's own options given as variables.
 EMULATION_ENV = ("RVV_ATTN_EMULATED", "RVV_ATTN_QEMU_CPU", "QEMU_CPU", "QEMU_LD_PREFIX")
 
 
