@@ -7,8 +7,9 @@
 #   ci/board/run-board-checks.sh --container --wheel=dist    # any distribution with Docker: the same in debian:trixie
 #   ci/board/run-board-checks.sh --no-apt --installed ...    # skip apt and the venv: this Python's rvv_attn
 #
-# This file only gets Debian's Python and torch (the wheel needs trixie's python3-torch 2.6) or a container
-# that has them; everything else is ci/board/board_checks.py (options: --help).
+# This file only gets Debian's Python and torch (the wheel has libraries for trixie's python3-torch 2.6 and
+# forky's 2.14: RVV_ATTN_BOARD_IMAGE=debian:forky runs the checks against the latter) or a container that
+# has them; everything else is ci/board/board_checks.py (options: --help).
 set -eu
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -32,8 +33,8 @@ if [ "$apt" = 1 ]; then
     if [ "$(id -u)" = 0 ]; then sudo=""; else sudo="sudo"; fi
     export DEBIAN_FRONTEND=noninteractive
     $sudo apt-get update
-    # torch 2.6 as the wheel was built against; pytest and hypothesis for the suite (the versions the
-    # emulated runs use: the sysroot is trixie too).
+    # Debian's torch (a line the wheel has a library for); pytest and hypothesis for the suite (the
+    # versions the emulated runs of the same Debian release use).
     $sudo apt-get install -y --no-install-recommends \
         python3 python3-venv python3-pip python3-torch python3-numpy python3-pytest python3-hypothesis
 fi
