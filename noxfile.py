@@ -73,10 +73,11 @@ def _session(*, timed: bool = False, doc: str | None = None, **kwargs) -> Callab
 
 @_session()
 def setup(session: nox.Session) -> None:
-    """Install host prerequisites, fetch the pinned QEMU and build the riscv64 sysroot (all cached)."""
-    qemu_bin, root = toolchain.ensure()
+    """Install host prerequisites, fetch the pinned QEMU and build every torch line's riscv64 sysroot (all cached)."""
+    for line in toolchain.lines():
+        qemu_bin, root = toolchain.ensure(line)
+        log(f"sysroot of {line.describe()}: {root}")
     log(f"qemu-riscv64: {qemu_bin} ({toolchain.qemu_version(qemu_bin)})")
-    log(f"sysroot: {root}")
 
 
 @_session(name="test-host", timed=True)

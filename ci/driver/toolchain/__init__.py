@@ -21,7 +21,7 @@ from .prerequisites import ensure
 from .qemu import qemu_version
 from .qemu import repin as repin_qemu
 from .sysroot import host_pin
-from .torch_lines import TorchLine, active_line, other_lines
+from .torch_lines import TorchLine, active_line, lines, other_lines
 from .vlens import Variant, portable_lane, variants
 
 __all__ = [
@@ -35,6 +35,7 @@ __all__ = [
     "ensure_host_packages",
     "host_build",
     "host_pin",
+    "lines",
     "other_lines",
     "portable_lane",
     "qemu_version",
