@@ -244,8 +244,8 @@ def run_session(session: Session, posargs: Sequence[str]) -> None:
     jobs = opts.jobs or default_jobs(opts.beside)
     log(
         f"running {len(opts.configs)} emulated configurations, {jobs} at a time; each one's log, JUnit XML and "
-        f"summary in build/results/test-<configuration>/; variant-independent tests at VLEN "
-        f"{vlens.variant_independent_lane()} only"
+        f"summary in {BUILD_DIR / 'results'}/test-<configuration>/; variant-independent tests at VLEN "
+        f"{vlens.variant_independent_lane()} only; {toolchain.active_line().describe()}"
     )
     log(repro.warm_report(opts.configs))
     started = time.monotonic()
