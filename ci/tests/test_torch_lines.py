@@ -68,7 +68,7 @@ def test_the_guest_script_builds_the_sdist_as_the_readme_says_and_tests_the_inst
     script = native_build.guest_script("rvv_attn-1.0.tar.gz", gcc, vlens.by_vlen(256), [])
     assert "python3 -m venv --system-site-packages /root/rvv-attn/venv-gcc" in script
     assert (
-        "CC=gcc-14 CXX=g++-14 /root/rvv-attn/venv-gcc/bin/pip install --no-index --no-cache-dir "
+        "CC=gcc-14 CXX=g++-14 /root/rvv-attn/venv-gcc/bin/pip install --verbose --no-index --no-cache-dir "
         "--disable-pip-version-check --no-build-isolation --no-binary rvv-attn rvv_attn-1.0.tar.gz"
     ) in script
     assert (

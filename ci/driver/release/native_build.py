@@ -92,8 +92,9 @@ def guest_script(sdist_name: str, compiler: Compiler, variant: Variant, pytest_a
         f"rm -rf {venv}",
         f"python3 -m venv --system-site-packages {venv}",
         "started=$(date +%s)",
-        # The README's command for a board, with no index: everything must come from the system.
-        f"CC={compiler.cc} CXX={compiler.cxx} {venv}/bin/pip install --no-index --no-cache-dir "
+        # The README's command for a board, with no index: everything must come from the system. Verbose, so
+        # the build's progress ([12/45] ...) shows through this long step.
+        f"CC={compiler.cc} CXX={compiler.cxx} {venv}/bin/pip install --verbose --no-index --no-cache-dir "
         f"--disable-pip-version-check --no-build-isolation --no-binary rvv-attn {sdist_name}",
         'echo "rvv-attn: the sdist built and installed in $(( $(date +%s) - started )) s"',
         f"{venv}/bin/python -P -c 'import rvv_attn; print(rvv_attn.runtime_info())'",
