@@ -40,6 +40,20 @@ endif()
 
 set(RVV_ATTN_GENERATED_DIR "${CMAKE_CURRENT_BINARY_DIR}/generated")
 
+# GCC builds the RVV variants at -O1. Built natively with Debian trixie's
+# GCC 14.2 at -O2 or -O3, the decode kernel computes wrong results for every
+# KV block after a sequence's first 16/32/... tokens (VLEN 128: the block's
+# probabilities come out as if its vector instructions ran on no lane) and
+# crashes at VLEN 256; at -O1 it passes the operator tests. Each of GCC's
+# -fcode-hoisting and -fcse-follow-jumps alone turns it on at -O1, -O3 has
+# more (./ci/nox -s sdist-native reproduces it; docs/release.md). clang is
+# not affected and keeps the build type's level.
+if(CMAKE_CXX_COMPILER_ID STREQUAL "GNU")
+  set(RVV_ATTN_RVV_OPT_FLAGS -O1)
+else()
+  set(RVV_ATTN_RVV_OPT_FLAGS "")
+endif()
+
 # rvv_attn_add_variants(<out-var> SOURCES <files>): one object library per
 # variant; <out-var> receives their objects and generated/variants.inc lists
 # the variants for the dispatcher.
@@ -60,7 +74,8 @@ function(rvv_attn_add_variants out_var)
     target_compile_definitions(${_t} PRIVATE RVV_ATTN_VARIANT=vlen${_v} RVV_ATTN_VLEN=${_v})
     # zvl + fixed vector bits: __riscv_v_fixed_vlen is defined and fixed-size
     # vector types are allowed; the code is valid at exactly this VLEN.
-    target_compile_options(${_t} PRIVATE -march=rv64gcv_zvl${_v}b -mabi=lp64d -mrvv-vector-bits=zvl)
+    target_compile_options(${_t} PRIVATE -march=rv64gcv_zvl${_v}b -mabi=lp64d -mrvv-vector-bits=zvl
+                                         ${RVV_ATTN_RVV_OPT_FLAGS})
     target_include_directories(${_t} PRIVATE "${PROJECT_SOURCE_DIR}/csrc")
     list(APPEND _objects $<TARGET_OBJECTS:${_t}>)
     string(APPEND _inc "RVV_ATTN_VARIANT_ENTRY(vlen${_v})\n")
