@@ -110,8 +110,10 @@ def chroot_command(root: Path, script: str, qemu_cpu: str) -> list[str]:
     prefix = privilege_prefix()
     if prefix is None:
         raise DriverError("the native build needs root or passwordless sudo (chroot, mount)")
+    # chroot lives in /usr/sbin, which a non-root PATH (sudo's included) may lack.
+    chroot = shutil.which("chroot", path="/usr/sbin:/sbin:/usr/bin:/bin") or "chroot"
     inner = (
-        f"mount -t proc proc {shlex.quote(str(root / 'proc'))} && exec chroot {shlex.quote(str(root))} "
+        f"mount -t proc proc {shlex.quote(str(root / 'proc'))} && exec {chroot} {shlex.quote(str(root))} "
         f"/usr/bin/env -i PATH=/usr/local/bin:/usr/bin:/bin HOME=/root LANG=C.UTF-8 QEMU_CPU={qemu_cpu} "
         f"/bin/sh {GUEST_DIR}/{script}"
     )
