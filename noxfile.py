@@ -184,7 +184,7 @@ def warm(session: nox.Session) -> None:
 
 @_session(default=False)
 def wheel(session: nox.Session) -> None:
-    """Build the sdist, then from it the manylinux riscv64 wheel (auditwheel-checked, stripped) into dist/."""
+    """Build the sdist, then from it the manylinux riscv64 wheel with a library per torch line (auditwheel-checked)."""
     release.release_artefacts(session)
 
 
@@ -211,7 +211,7 @@ def sdist_native(session: nox.Session) -> None:
 
 @_session(name="ci-matrix", python=False, default=False)
 def ci_matrix_outputs(session: nox.Session) -> None:
-    """Print the GitHub Actions matrices (from toolchains/vlens.json) as name=json lines for $GITHUB_OUTPUT."""
+    """Print the GitHub Actions matrices (VLEN and torch-line tables) as name=json lines for $GITHUB_OUTPUT."""
     print(release.ci_matrix.outputs(), end="", flush=True)
 
 
