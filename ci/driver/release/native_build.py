@@ -8,7 +8,9 @@ chroot of the line's board root (``toolchain.board_root``), every program a
 riscv64 one run by QEMU through binfmt_misc, it creates a venv with the
 system's torch, ``pip install``s the sdist with no index and no build
 isolation (the README's command), times it, and runs the operator tests
-against the installed package at one VLEN.
+against the installed package: a clang build at one VLEN, a GCC build (which
+holds the portable kernels only: cmake/RvvVariants.cmake says why) on a CPU
+without V.
 
 Slow by nature (the compilers themselves run under emulation): a session of
 its own (``sdist-native``), never part of ``nox -t test``.
@@ -34,7 +36,7 @@ from ..toolchain.host_packages import privilege_prefix
 from ..toolchain.prerequisites import ensure
 from ..toolchain.vlens import Variant, by_vlen, variant_independent_lane
 from .artefacts import RELEASE_REQUIREMENTS, release_sdist, reset_dir, sdist_command
-from .install_test import NO_VECTOR, QUICK_SELECTION
+from .install_test import NO_VECTOR, NO_VECTOR_CPU, QUICK_SELECTION
 
 # Where the sdist and the tests go inside the root (the chroot's /root/rvv-attn).
 GUEST_DIR = "/root/rvv-attn"
@@ -75,14 +77,25 @@ def parse_posargs(posargs: Sequence[str], line: torch_lines.TorchLine) -> Option
     return Options(tuple(chosen), by_vlen(vlen), tuple(rest))
 
 
-def guest_script(sdist_name: str, compiler: Compiler, variant: Variant, pytest_args: Sequence[str]) -> str:
-    """What runs inside the chroot: a venv with the system's torch, the sdist built into it, the tests."""
+def tested_variant(compiler: Compiler, variant: Variant) -> Variant | None:
+    """The variant a build is tested at: ``variant`` for clang; GCC builds the portable kernels only
+    (cmake/RvvVariants.cmake), tested on a CPU without V."""
+    return variant if compiler.kind == "clang" else None
+
+
+def guest_cpu(variant: Variant | None) -> str:
+    return variant.qemu_cpu() if variant else NO_VECTOR_CPU
+
+
+def guest_script(sdist_name: str, compiler: Compiler, variant: Variant | None, pytest_args: Sequence[str]) -> str:
+    """What runs inside the chroot: a venv with the system's torch, the sdist built into it, the tests (at
+    ``variant``, or the portable build on a CPU without V)."""
     venv = f"{GUEST_DIR}/venv-{compiler.kind}"
     tests = list(pytest_args) or [*SELECTION, "-k", DESELECT]
     checks = {
-        "RVV_ATTN_EXPECT_VARIANT": variant.name,
-        "RVV_ATTN_EXPECT_VLEN": str(variant.vlen),
-        "RVV_ATTN_QEMU_CPU": variant.qemu_cpu(),
+        "RVV_ATTN_EXPECT_VARIANT": variant.name if variant else "portable",
+        "RVV_ATTN_EXPECT_VLEN": str(variant.vlen if variant else 0),
+        "RVV_ATTN_QEMU_CPU": guest_cpu(variant),
         "RVV_ATTN_TEST_PORTABLE": "1",
         "RVV_ATTN_EXPECT_INSTALLED_IN": venv,
     }
@@ -127,9 +140,11 @@ class Result:
     ok: bool
     summary: str
 
+    tested: str = ""
+
     def line(self) -> str:
         status = "ok  " if self.ok else "FAIL"
-        return f"{status} {self.compiler.cxx:<12} {self.seconds / 60:5.1f} min  {self.summary}"
+        return f"{status} {self.compiler.cxx:<12} {self.seconds / 60:5.1f} min  {self.tested:<9} {self.summary}"
 
 
 def run_session(session: Session, posargs: Sequence[str]) -> None:
@@ -151,11 +166,12 @@ def run_session(session: Session, posargs: Sequence[str]) -> None:
         shutil.copy2(PROJECT_ROOT / "pyproject.toml", work / "pyproject.toml")  # the markers and pytest options
         for compiler in (c for c in board_root.compilers(line) if c.kind in opts.compilers):
             script = f"build-{compiler.kind}.sh"
-            (work / script).write_text(guest_script(sdist.name, compiler, opts.variant, opts.pytest_args))
+            variant = tested_variant(compiler, opts.variant)
+            (work / script).write_text(guest_script(sdist.name, compiler, variant, opts.pytest_args))
             log(f"building {sdist.name} natively with {compiler.cxx} against {line.describe()} (under QEMU)")
             started = time.monotonic()
             try:
-                run(chroot_command(root, script, opts.variant.qemu_cpu()), stream=True)
+                run(chroot_command(root, script, guest_cpu(variant)), stream=True)
                 ok = True
             except DriverError as err:
                 log(str(err).splitlines()[0])
@@ -165,7 +181,8 @@ def run_session(session: Session, posargs: Sequence[str]) -> None:
             label = f"sdist-native-{line.name}-{compiler.kind}"
             testrun.write_summary(label, 0 if ok else 1, outcome, wall_seconds=round(time.monotonic() - started))
             summary = outcome.line() if outcome else "no test ran"
-            results.append(Result(compiler, time.monotonic() - started, ok and outcome is not None, summary))
+            tested = variant.name if variant else "portable"
+            results.append(Result(compiler, time.monotonic() - started, ok and outcome is not None, summary, tested))
     print("\n".join(["", f"native sdist builds against {line.describe()}:", *(r.line() for r in results)]))
     if not all(r.ok for r in results):
         raise DriverError("a native sdist build or its tests failed (above)")
