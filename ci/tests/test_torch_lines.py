@@ -73,9 +73,10 @@ def test_the_guest_script_builds_the_sdist_as_the_readme_says_and_tests_the_inst
         "CC=gcc-14 CXX=g++-14 /root/rvv-attn/venv-gcc/bin/pip install --verbose --no-index --no-cache-dir "
         "--disable-pip-version-check --no-build-isolation --no-binary rvv-attn rvv_attn-1.0.tar.gz"
     ) in script
-    assert (
-        "RVV_ATTN_EXPECT_VARIANT=vlen256" in script and "RVV_ATTN_EXPECT_INSTALLED_IN=/root/rvv-attn/venv-gcc" in script
-    )
+    assert "RVV_ATTN_EXPECT_VARIANT=portable" in script and "RVV_ATTN_EXPECT_VLEN=0" in script
+    assert "RVV_ATTN_EXPECT_INSTALLED_IN=/root/rvv-attn/venv-gcc" in script
+    on_clang = native_build.guest_script("rvv_attn-1.0.tar.gz", clang, vlens.by_vlen(256), [])
+    assert "CC=clang-19 CXX=clang++-19" in on_clang and "RVV_ATTN_EXPECT_VARIANT=vlen256" in on_clang
     assert script.startswith("set -eu\n")
 
 
