@@ -9,7 +9,7 @@ import pytest
 from driver.errors import ConfigError
 from driver.release import native_build
 from driver.testing import torch_line_runs
-from driver.toolchain import binfmt, board_root, torch_lines, vlens
+from driver.toolchain import binfmt, board_root, sysroot, torch_lines, vlens
 
 FORKY = torch_lines.find("2.14")
 TRIXIE = torch_lines.default_line()
@@ -59,7 +59,7 @@ def test_each_line_builds_natively_with_its_gcc_and_clang():
     assert {"g++-16", "clang-21", "cmake", "python3-scikit-build-core", "python3-torch"} <= set(packages)
     cmd = board_root.mmdebstrap_command(FORKY, "http://m/debian", Path("/r"))
     assert "--variant=minbase" in cmd and "--aptopt=Acquire::Check-Valid-Until false" in cmd
-    assert cmd[-3:] == ["forky", "/r", f"deb [signed-by={board_root.KEYRING}] http://m/debian forky main"]
+    assert cmd[-3:] == ["forky", "/r", f"deb [signed-by={sysroot.KEYRING}] http://m/debian forky main"]
     assert board_root.key(FORKY) != board_root.key(TRIXIE)
 
 

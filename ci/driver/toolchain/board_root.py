@@ -23,9 +23,8 @@ from pathlib import Path
 
 from ..paths import cache_lock, cache_root
 from ..proc import Stopwatch, log, run
-from . import archive
+from . import archive, sysroot
 from .host_packages import privilege_prefix
-from .private_apt import KEYRING
 from .torch_lines import TorchLine
 
 # Bump when the bootstrap changes, so existing roots are rebuilt.
@@ -70,18 +69,7 @@ def path(line: TorchLine) -> Path:
 
 
 def mmdebstrap_command(line: TorchLine, archive_url: str, target: Path) -> list[str]:
-    source = f"deb [signed-by={KEYRING}] {archive_url} {line.suite} main"
-    stale_ok = ["--aptopt=Acquire::Check-Valid-Until false"] if line.rolling else []
-    return [
-        "mmdebstrap",
-        "--variant=minbase",
-        "--architectures=riscv64",
-        *stale_ok,
-        f"--include={','.join(packages(line))}",
-        line.suite,
-        str(target),
-        source,
-    ]
+    return sysroot.mmdebstrap("minbase", line.suite, line.rolling, packages(line), target, archive_url)
 
 
 def ensure_board_root(line: TorchLine) -> Path:

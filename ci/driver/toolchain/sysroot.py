@@ -17,6 +17,7 @@ import os
 import re
 import shutil
 import time
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
@@ -75,26 +76,35 @@ class Manifest:
         return cache_root() / "sysroot" / f"{self.suite}-{self.arch}-{self.key()}"
 
 
-def mmdebstrap_command(manifest: Manifest, archive_url: str, target: Path) -> list[str]:
-    source = f"deb [signed-by={KEYRING}] {archive_url} {manifest.suite} main"
-    # Keep the downloaded .debs: their file names are the exact versions that
-    # went in (an extract-only root has no dpkg status). take_deb_versions
-    # records and then deletes them.
+def mmdebstrap(
+    variant: str, suite: str, rolling: bool, packages: Sequence[str], target: Path, archive_url: str, *extra: str
+) -> list[str]:
+    """An mmdebstrap command line for a riscv64 root of ``suite`` (the test sysroot, a board root)."""
+    source = f"deb [signed-by={KEYRING}] {archive_url} {suite} main"
     # A testing suite's Release file is valid for about a week; a mirror frozen at some date (and a
     # snapshot archive) serves it expired. The signature is still checked, and the lock records and
     # check_torch_line checks what the archive served.
-    stale_ok = ["--aptopt=Acquire::Check-Valid-Until false"] if manifest.rolling else []
+    stale_ok = ["--aptopt=Acquire::Check-Valid-Until false"] if rolling else []
     return [
         "mmdebstrap",
-        "--variant=extract",
-        f"--architectures={manifest.arch}",
+        f"--variant={variant}",
+        f"--architectures={ARCH}",
         *stale_ok,
-        f"--include={','.join(manifest.packages)}",
-        "--skip=cleanup/apt/cache",
-        manifest.suite,
+        f"--include={','.join(packages)}",
+        *extra,
+        suite,
         str(target),
         source,
     ]
+
+
+def mmdebstrap_command(manifest: Manifest, archive_url: str, target: Path) -> list[str]:
+    # Keep the downloaded .debs: their file names are the exact versions that
+    # went in (an extract-only root has no dpkg status). take_deb_versions
+    # records and then deletes them.
+    return mmdebstrap(
+        "extract", manifest.suite, manifest.rolling, manifest.packages, target, archive_url, "--skip=cleanup/apt/cache"
+    )
 
 
 def take_deb_versions(root: Path) -> dict[str, str]:
