@@ -1,0 +1,119 @@
+"""SGLang's plugin entry point for rvv-attn.
+
+SGLang runs every entry point of the group ``sglang.srt.plugins`` early in
+each of its processes (launcher, engine, scheduler, workers), through
+``sglang.srt.plugins.load_plugins()``. rvv-attn's wheel declares::
+
+    [project.entry-points."sglang.srt.plugins"]
+    rvv_attn = "rvv_attn.sglang_plugin:load"
+
+:func:`load` then, in that process:
+
+1. registers SGLang's CPU attention operator names in ``torch.ops.sgl_kernel``
+   where they are absent (a real sgl-kernel build keeps its own: one log line
+   names what was left alone);
+2. registers the ``rvv`` attention backend in SGLang's registry and adds
+   ``rvv`` to the ``--attention-backend`` choices;
+3. on a riscv64 CPU, makes ``rvv`` the attention backend SGLang resolves for
+   ``--device cpu`` when none is given (it would otherwise pick
+   ``intel_amx`` and fall back to ``torch_native``). An explicit
+   ``--attention-backend`` always wins.
+
+Each step logs and carries on when it fails: a plugin must never stop
+SGLang from starting. Importing this module does no kernel work and imports
+nothing of SGLang; :func:`load` imports what it registers into.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import platform
+
+logger = logging.getLogger("rvv_attn.sglang")
+
+#: The name ``--attention-backend`` takes to select rvv-attn's backend.
+BACKEND_NAME = "rvv"
+
+#: Where SGLang resolves a CPU server's default attention backend; the hook
+#: wraps it (SGLang's pipeline imports it by name when it runs).
+CPU_BACKEND_DEFAULTS = "sglang.srt.arg_groups.platform_hook.handle_cpu_backends"
+
+_loaded = False
+
+
+def load() -> None:
+    """Run once per process by SGLang's ``load_plugins()``; idempotent, never raises."""
+    global _loaded
+    if _loaded:
+        return
+    _loaded = True
+    for step in (_register_operator_names, _register_backend, _prefer_rvv_on_riscv64):
+        try:
+            step()
+        except Exception:  # noqa: BLE001 - a plugin failure must not stop SGLang
+            logger.exception("rvv-attn: %s failed; SGLang goes on without it", step.__name__.strip("_"))
+
+
+def _register_operator_names() -> None:
+    # A real sgl-kernel build defines its names when its package is imported.
+    # Import it first, if it is installed, so its definitions are the ones that
+    # stand and rvv-attn only fills the gaps (the reverse order would make its
+    # own registration fail on names already defined).
+    if importlib.util.find_spec("sgl_kernel") is not None:
+        try:
+            import sgl_kernel  # noqa: F401
+        except Exception as error:  # noqa: BLE001 - a broken sgl-kernel must not hide rvv-attn
+            logger.warning("rvv-attn: sgl_kernel is installed but failed to import (%s)", error)
+
+    from . import ops
+
+    registered, skipped = ops.register_sglang_names_where_absent()
+    if skipped:
+        logger.info(
+            "rvv-attn: torch.ops.sgl_kernel already defines %s; left as they are", ", ".join(skipped)
+        )
+    if registered:
+        logger.info("rvv-attn: serving torch.ops.sgl_kernel.%s", ", ".join(registered))
+
+
+def create_backend(model_runner):
+    """SGLang's factory for ``--attention-backend rvv``."""
+    from .sglang_backend import RvvAttnBackend
+
+    return RvvAttnBackend(model_runner)
+
+
+def _register_backend() -> None:
+    from sglang.srt.layers.attention import attention_registry
+
+    if BACKEND_NAME not in attention_registry.ATTENTION_BACKENDS:
+        attention_registry.register_attention_backend(BACKEND_NAME)(create_backend)
+    try:
+        from sglang.srt.arg_groups.choices import ATTENTION_BACKEND_CHOICES, add_attention_backend_choices
+    except ImportError:  # older SGLang: the choices live in server_args
+        from sglang.srt.server_args import ATTENTION_BACKEND_CHOICES, add_attention_backend_choices
+    if BACKEND_NAME not in ATTENTION_BACKEND_CHOICES:
+        add_attention_backend_choices([BACKEND_NAME])
+    logger.info("rvv-attn: attention backend %r registered", BACKEND_NAME)
+
+
+def is_riscv64() -> bool:
+    return platform.machine().lower() == "riscv64"
+
+
+def default_cpu_backend(original, server_args, *args, **kwargs):
+    """Around SGLang's CPU defaults: choose ``rvv`` where SGLang would choose nothing that serves riscv64."""
+    from sglang.srt.arg_groups.overrides import declare_resolution, resolving_view
+
+    view = resolving_view(server_args)
+    if view.device == "cpu" and view.attention_backend is None and is_riscv64():
+        declare_resolution(server_args, "rvv_attn", attention_backend=BACKEND_NAME)
+        logger.info("rvv-attn: --device cpu on riscv64 without --attention-backend: using %r", BACKEND_NAME)
+    return original(server_args, *args, **kwargs)
+
+
+def _prefer_rvv_on_riscv64() -> None:
+    from sglang.srt.plugins.hook_registry import HookRegistry, HookType
+
+    HookRegistry.register(CPU_BACKEND_DEFAULTS, default_cpu_backend, HookType.AROUND)

@@ -1,0 +1,343 @@
+"""The ``rvv`` attention backend driven by SGLang's own classes.
+
+SGLang's ``ReqToTokenPool``, ``MHATokenToKVPool``/``MLATokenToKVPool``,
+``ForwardBatch`` and ``RadixAttention`` layers run decode and extend
+batches through the backend, and the outputs are compared with SGLang's
+own ``torch_native`` backend on the same batches (and with the float64
+references of tests/reference.py where torch_native has no counterpart:
+attention sinks, MLA's prefix-skipped prefill). Needs SGLang's Python
+package: the ``sglang`` marker, run by the test-sglang session.
+"""
+
+from __future__ import annotations
+
+import importlib
+import types
+
+import pytest
+import reference
+import torch
+from tolerances import assert_close_to_reference
+
+pytestmark = pytest.mark.sglang
+
+# How far SGLang's torch_native output may be from rvv's. Both are checked
+# against the float64 reference too (tolerances.py), so this bound only has to
+# cover torch_native's own error: in float32, SDPA's float32 accumulation
+# (the same 5e-6 class as the kernels', doubled for two independent results)
+# and one rounding each; in bfloat16, SDPA's CPU kernel also rounds the
+# softmax weights P to bfloat16 before P @ V, each off by up to 2**-9
+# relative, which moves an output by up to sum_i p_i |v_i| 2**-9 <= 2**-9
+# max|v| (atol below, from the values the test drew), and the two outputs'
+# roundings to bfloat16, half an ulp each: one ulp, 2**-7 relative.
+def _backend_tolerance(dtype: torch.dtype, values: torch.Tensor) -> dict[str, float]:
+    if dtype == torch.float32:
+        return {"atol": 1e-5, "rtol": 2.0**-23}
+    return {"atol": 2.0**-9 * float(values.abs().max()), "rtol": 2.0**-7}
+
+
+POOL_ROWS = 6
+CONTEXT = 96
+SLOTS = 512
+
+
+@pytest.fixture(scope="module")
+def sgl() -> types.SimpleNamespace:
+    """SGLang's modules the tests drive (an ImportError fails the test: the session provides SGLang)."""
+    names = {
+        "pools": "sglang.srt.mem_cache.memory_pool",
+        "batch_info": "sglang.srt.model_executor.forward_batch_info",
+        "radix": "sglang.srt.layers.radix_attention",
+        "context": "sglang.srt.model_executor.forward_context",
+        "native": "sglang.srt.layers.attention.torch_native_backend",
+        "runtime": "sglang.srt.runtime_context",
+    }
+    ns = types.SimpleNamespace(**{key: importlib.import_module(module) for key, module in names.items()})
+    from rvv_attn.sglang_backend import RvvAttnBackend
+
+    ns.RvvAttnBackend = RvvAttnBackend
+    return ns
+
+
+class Setup:
+    """Pools, a model runner stand-in as SGLang's backends read it, and both backends over copies of one cache."""
+
+    def __init__(self, sgl, pool_kind: str, dtype: torch.dtype, layers, generator: torch.Generator):
+        self.sgl, self.dtype, self.layers, self.gen = sgl, dtype, layers, generator
+        self.req_to_token_pool = sgl.pools.ReqToTokenPool(
+            size=POOL_ROWS, max_context_len=CONTEXT, device="cpu", enable_memory_saver=False
+        )
+        self.pool_kind = pool_kind
+        self.pools = {name: self._make_pool() for name in ("rvv", "native")}
+        for layer in layers:  # one cache content, copied into both pools
+            rvv_k, rvv_v = self._buffers("rvv", layer)
+            rvv_k.copy_(torch.randn(rvv_k.shape, generator=generator).to(dtype))
+            if pool_kind == "mha":
+                rvv_v.copy_(torch.randn(rvv_v.shape, generator=generator).to(dtype))
+            native_k, native_v = self._buffers("native", layer)
+            native_k.copy_(rvv_k)
+            native_v.copy_(rvv_v)
+        self.backends = {
+            "rvv": sgl.RvvAttnBackend(self._runner("rvv")),
+            "native": sgl.native.TorchNativeAttnBackend(self._runner("native")),
+        }
+
+    def _make_pool(self):
+        layer = self.layers[0]
+        if self.pool_kind == "mla":
+            return self.sgl.pools.MLATokenToKVPool(
+                size=SLOTS,
+                page_size=1,
+                dtype=self.dtype,
+                kv_lora_rank=layer.v_head_dim,
+                qk_rope_head_dim=layer.qk_head_dim - layer.v_head_dim,
+                layer_num=len(self.layers),
+                device="cpu",
+                enable_memory_saver=False,
+            )
+        return self.sgl.pools.MHATokenToKVPool(
+            size=SLOTS,
+            page_size=1,
+            dtype=self.dtype,
+            head_num=layer.tp_k_head_num,
+            head_dim=layer.qk_head_dim,
+            layer_num=len(self.layers),
+            device="cpu",
+            enable_memory_saver=False,
+            v_head_dim=layer.v_head_dim,
+        )
+
+    def _runner(self, name: str):
+        return types.SimpleNamespace(
+            device="cpu",
+            req_to_token_pool=self.req_to_token_pool,
+            token_to_kv_pool=self.pools[name],
+            use_mla_backend=self.pool_kind == "mla",
+        )
+
+    def _buffers(self, name: str, layer):
+        pool = self.pools[name]
+        return pool.get_key_buffer(layer.layer_id), pool.get_value_buffer(layer.layer_id)
+
+    def place(self, prefix_lens: list[int], new_lens: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Give each sequence a pool row and distinct slots (slot 0 stays SGLang's padding slot).
+
+        Returns (req_pool_indices, out_cache_loc): the rows, and the slots of the new tokens in batch order.
+        """
+        rows = torch.randperm(POOL_ROWS, generator=self.gen)[: len(prefix_lens)] + 1
+        slots = torch.randperm(SLOTS - 1, generator=self.gen) + 1
+        out, used = [], 0
+        for row, prefix, new in zip(rows.tolist(), prefix_lens, new_lens):
+            mine = slots[used : used + prefix + new]
+            used += prefix + new
+            self.req_to_token_pool.req_to_token[row, : prefix + new] = mine.to(torch.int32)
+            out.append(mine[prefix:])
+        return rows.to(torch.int64), torch.cat(out).to(torch.int64)
+
+    def batch(self, mode: str, prefix_lens: list[int], new_lens: list[int]):
+        batch_info = self.sgl.batch_info
+        rows, out_cache_loc = self.place(prefix_lens, new_lens)
+        seq_lens = torch.tensor([p + n for p, n in zip(prefix_lens, new_lens)], dtype=torch.int64)
+        tokens = sum(new_lens)
+        forward_mode = batch_info.ForwardMode.DECODE if mode == "decode" else batch_info.ForwardMode.EXTEND
+        fb = batch_info.ForwardBatch(
+            forward_mode=forward_mode,
+            batch_size=len(prefix_lens),
+            input_ids=torch.zeros(tokens, dtype=torch.int64),
+            req_pool_indices=rows,
+            seq_lens=seq_lens,
+            out_cache_loc=out_cache_loc,
+            seq_lens_sum=int(seq_lens.sum()),
+        )
+        fb.seq_lens_cpu = seq_lens.clone()
+        if mode == "extend":
+            new = torch.tensor(new_lens, dtype=torch.int64)
+            fb.extend_seq_lens = new.to(torch.int32)
+            fb.extend_prefix_lens = torch.tensor(prefix_lens, dtype=torch.int32)
+            fb.extend_start_loc = (torch.cumsum(new, 0) - new).to(torch.int32)
+            fb.extend_seq_lens_cpu = list(new_lens)
+            fb.extend_prefix_lens_cpu = list(prefix_lens)
+        return fb
+
+    def run(self, name: str, layer, fb, q, k, v, **kwargs) -> torch.Tensor:
+        backend = self.backends[name]
+        backend.init_forward_metadata(fb)
+        ctx = self.sgl.context.ForwardContext(attn_backend=backend)
+        with self.sgl.context.forward_context(ctx):
+            return layer(q, k, v, fb, **kwargs)
+
+
+def _layer(sgl, layer_id: int, heads: int, kv_heads: int, head_dim: int, v_head_dim: int | None = None, **kw):
+    return sgl.radix.RadixAttention(
+        num_heads=heads,
+        head_dim=head_dim,
+        scaling=head_dim**-0.5,
+        num_kv_heads=kv_heads,
+        layer_id=layer_id,
+        v_head_dim=v_head_dim if v_head_dim is not None else -1,
+        **kw,
+    )
+
+
+def _inputs(setup: Setup, layer, tokens: int):
+    gen, dtype = setup.gen, setup.dtype
+    q = torch.randn(tokens, layer.tp_q_head_num * layer.qk_head_dim, generator=gen).to(dtype)
+    k = torch.randn(tokens, layer.tp_k_head_num * layer.qk_head_dim, generator=gen).to(dtype)
+    v = torch.randn(tokens, layer.tp_v_head_num * layer.v_head_dim, generator=gen).to(dtype)
+    return q, k, v
+
+
+def _assert_backends_agree(rvv: torch.Tensor, native: torch.Tensor, values: torch.Tensor) -> None:
+    assert rvv.shape == native.shape
+    torch.testing.assert_close(rvv.double(), native.double(), **_backend_tolerance(rvv.dtype, values))
+
+
+def _reference(setup: Setup, layer, fb, q, k, v, sinks=None) -> torch.Tensor:
+    """The float64 reference of one layer call, read from the rvv pool after the call (new K/V written)."""
+    key_buffer, value_buffer = setup._buffers("rvv", layer)
+    window = layer.sliding_window_size + 1 if layer.sliding_window_size >= 0 else -1
+    heads, dk, dv = layer.tp_q_head_num, layer.qk_head_dim, layer.v_head_dim
+    common = dict(window=window, sinks=sinks)
+    req_to_token = setup.req_to_token_pool.req_to_token
+    if fb.forward_mode.is_decode():
+        return reference.decode_attention_options(
+            q.view(-1, heads, dk), key_buffer, value_buffer, req_to_token, fb.req_pool_indices, fb.seq_lens,
+            layer.scaling, 0.0, **common,
+        )
+    return reference.extend_attention_options(
+        q.view(-1, heads, dk), k.view(-1, layer.tp_k_head_num, dk), v.view(-1, layer.tp_v_head_num, dv),
+        key_buffer, value_buffer, req_to_token, fb.req_pool_indices, fb.seq_lens, fb.extend_seq_lens,
+        fb.extend_start_loc, layer.scaling, 0.0, **common,
+    )
+
+
+def _check(setup: Setup, layer, fb, q, k, v, outputs: dict[str, torch.Tensor]) -> None:
+    heads, dv = layer.tp_q_head_num, layer.v_head_dim
+    assert_close_to_reference(outputs["rvv"].view(-1, heads, dv), _reference(setup, layer, fb, q, k, v))
+    _assert_backends_agree(outputs["rvv"], outputs["native"], setup._buffers("native", layer)[1])
+
+
+MHA_LAYERS = {  # (heads, kv_heads, head_dim, extra RadixAttention arguments)
+    "gqa": (4, 2, 64, {}),
+    "window": (4, 2, 64, {"sliding_window_size": 5}),
+    "mha_d128": (2, 2, 128, {}),
+}
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=["bf16", "f32"])
+@pytest.mark.parametrize("kind", sorted(MHA_LAYERS))
+@pytest.mark.parametrize("save_kv_cache", [True, False], ids=["save", "nosave"])
+def test_extend_matches_torch_native(sgl, kind, dtype, save_kv_cache):
+    heads, kv_heads, head_dim, extra = MHA_LAYERS[kind]
+    layer = _layer(sgl, 0, heads, kv_heads, head_dim, **extra)
+    setup = Setup(sgl, "mha", dtype, [layer], torch.Generator().manual_seed(7))
+    prefix_lens, new_lens = [0, 9, 30], [5, 12, 3]
+    fb = setup.batch("extend", prefix_lens, new_lens)
+    q, k, v = _inputs(setup, layer, sum(new_lens))
+    outputs = {}
+    for name in ("rvv", "native"):
+        if not save_kv_cache:  # torch_native reads new tokens from the cache: write them as SGLang would
+            setup.pools[name].set_kv_buffer(
+                layer, sgl.pools.KVWriteLoc(fb.out_cache_loc), k.view(-1, kv_heads, head_dim), v.view(-1, kv_heads, head_dim)
+            )
+        outputs[name] = setup.run(name, layer, fb, q, k, v, save_kv_cache=save_kv_cache)
+    _check(setup, layer, fb, q, k, v, outputs)
+    rvv_k, rvv_v = setup._buffers("rvv", layer)
+    assert torch.equal(rvv_k[fb.out_cache_loc].flatten(1), k) and torch.equal(rvv_v[fb.out_cache_loc].flatten(1), v)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=["bf16", "f32"])
+@pytest.mark.parametrize("kind", sorted(MHA_LAYERS))
+def test_decode_matches_torch_native(sgl, kind, dtype):
+    heads, kv_heads, head_dim, extra = MHA_LAYERS[kind]
+    layer = _layer(sgl, 0, heads, kv_heads, head_dim, **extra)
+    setup = Setup(sgl, "mha", dtype, [layer], torch.Generator().manual_seed(11))
+    prefix_lens = [1, 17, 40, 6]
+    fb = setup.batch("decode", prefix_lens, [1] * len(prefix_lens))
+    q, k, v = _inputs(setup, layer, len(prefix_lens))
+    outputs = {name: setup.run(name, layer, fb, q, k, v) for name in ("rvv", "native")}
+    _check(setup, layer, fb, q, k, v, outputs)
+    for name in ("rvv", "native"):  # both wrote the new token's K/V where SGLang said
+        key_buffer, value_buffer = setup._buffers(name, layer)
+        assert torch.equal(key_buffer[fb.out_cache_loc].flatten(1), k)
+        assert torch.equal(value_buffer[fb.out_cache_loc].flatten(1), v)
+
+
+def test_two_layers_one_batch(sgl):
+    """A window layer beside a full one, in one pool and one batch, as a model's layers share them."""
+    layers = [_layer(sgl, 0, 4, 2, 64), _layer(sgl, 1, 4, 2, 64, sliding_window_size=3)]
+    setup = Setup(sgl, "mha", torch.bfloat16, layers, torch.Generator().manual_seed(3))
+    fb = setup.batch("decode", [12, 25], [1, 1])
+    for layer in layers:
+        q, k, v = _inputs(setup, layer, 2)
+        outputs = {name: setup.run(name, layer, fb, q, k, v) for name in ("rvv", "native")}
+        _check(setup, layer, fb, q, k, v, outputs)
+
+
+@pytest.mark.parametrize("mode", ["decode", "extend"])
+def test_sinks_layer_matches_reference(sgl, mode):
+    """torch_native takes no sinks, so the float64 reference stands in for it here."""
+    layer = _layer(sgl, 0, 4, 2, 64)
+    setup = Setup(sgl, "mha", torch.bfloat16, [layer], torch.Generator().manual_seed(5))
+    prefix_lens = [3, 20]
+    new_lens = [1, 1] if mode == "decode" else [4, 6]
+    fb = setup.batch(mode, prefix_lens, new_lens)
+    q, k, v = _inputs(setup, layer, sum(new_lens))
+    sinks = torch.randn(4, generator=setup.gen)
+    out = setup.run("rvv", layer, fb, q, k, v, sinks=sinks).view(-1, 4, 64)
+    key_buffer, value_buffer = setup._buffers("rvv", layer)
+    req_to_token = setup.req_to_token_pool.req_to_token
+    if mode == "decode":
+        ref = reference.decode_attention_options(
+            q.view(-1, 4, 64), key_buffer, value_buffer, req_to_token, fb.req_pool_indices, fb.seq_lens,
+            layer.scaling, 0.0, sinks=sinks,
+        )
+    else:
+        ref = reference.extend_attention_options(
+            q.view(-1, 4, 64), k.view(-1, 2, 64), v.view(-1, 2, 64), key_buffer, value_buffer, req_to_token,
+            fb.req_pool_indices, fb.seq_lens, fb.extend_seq_lens, fb.extend_start_loc, layer.scaling, 0.0,
+            sinks=sinks,
+        )
+    assert_close_to_reference(out, ref)
+    without = setup.run("native", layer, fb, q, k, v).view(-1, 4, 64)
+    assert (out.double() - without.double()).abs().max() > 1e-2, "the sinks changed nothing"
+
+
+MLA_RANK, MLA_ROPE = 128, 64  # DeepSeek: 512 and 64; an MLA view is D = Dv + 64 (docs/sglang.md)
+
+
+def test_mla_absorbed_decode_matches_torch_native(sgl):
+    """DeepSeek's decode on SGLang's MLA pool: one latent KV head, V a view of K's first columns."""
+    layer = _layer(sgl, 0, 8, 1, MLA_RANK + MLA_ROPE, v_head_dim=MLA_RANK)
+    setup = Setup(sgl, "mla", torch.bfloat16, [layer], torch.Generator().manual_seed(13))
+    fb = setup.batch("decode", [9, 33, 2], [1, 1, 1])
+    q = torch.randn(3, 8 * (MLA_RANK + MLA_ROPE), generator=setup.gen).to(torch.bfloat16)
+    k = torch.randn(3, MLA_RANK + MLA_ROPE, generator=setup.gen).to(torch.bfloat16)
+    # The MLA pool's own write (torch_native's path) asks whether decode context
+    # parallelism is on; a server publishes that, a single process states it.
+    with sgl.runtime.get_parallel().override(dcp_enabled=False):
+        outputs = {name: setup.run(name, layer, fb, q, k, k[:, :MLA_RANK]) for name in ("rvv", "native")}
+    _check(setup, layer, fb, q, k, k[:, :MLA_RANK], outputs)
+    key_buffer, _ = setup._buffers("rvv", layer)
+    assert torch.equal(key_buffer[fb.out_cache_loc].flatten(1), k)
+
+
+def test_mla_prefix_skipped_prefill_matches_reference(sgl):
+    """DeepSeek's prefill without a prefix: per-head K/V (not the latent cache), nothing saved by attention."""
+    heads, qk_dim, v_dim = 4, 48, 32
+    latent = _layer(sgl, 0, 8, 1, MLA_RANK + MLA_ROPE, v_head_dim=MLA_RANK)
+    setup = Setup(sgl, "mla", torch.bfloat16, [latent], torch.Generator().manual_seed(17))
+    layer = _layer(sgl, 0, heads, heads, qk_dim, v_head_dim=v_dim)
+    new_lens = [7, 3]
+    fb = setup.batch("extend", [0, 0], new_lens)
+    q = torch.randn(10, heads * qk_dim, generator=setup.gen).to(torch.bfloat16)
+    k = torch.randn(10, heads * qk_dim, generator=setup.gen).to(torch.bfloat16)
+    v = torch.randn(10, heads * v_dim, generator=setup.gen).to(torch.bfloat16)
+    before = setup._buffers("rvv", latent)[0].clone()
+    out = setup.run("rvv", layer, fb, q, k, v, save_kv_cache=False).view(10, heads, v_dim)
+    ref = reference.flash_attn_varlen(
+        q.view(10, heads, qk_dim), k.view(10, heads, qk_dim), v.view(10, heads, v_dim),
+        torch.tensor([0, 7, 10]), torch.tensor([0, 7, 10]), causal=True,
+    )
+    assert_close_to_reference(out, ref)
+    assert torch.equal(setup._buffers("rvv", latent)[0], before), "the latent cache was written"
