@@ -341,3 +341,45 @@ def test_mla_prefix_skipped_prefill_matches_reference(sgl):
     )
     assert_close_to_reference(out, ref)
     assert torch.equal(setup._buffers("rvv", latent)[0], before), "the latent cache was written"
+
+
+@pytest.mark.parametrize("mode", ["decode", "extend"])
+def test_torch_compile_fullgraph_matches_eager(sgl, mode):
+    """SGLang's CPU graph path compiles the model's forward; the backend's steps must trace without a break."""
+    layer = _layer(sgl, 0, 4, 2, 64, sliding_window_size=6)
+    setup = Setup(sgl, "mha", torch.float32, [layer], torch.Generator().manual_seed(19))
+    new_lens = [1, 1, 1] if mode == "decode" else [3, 5, 2]
+    fb = setup.batch(mode, [4, 0, 13], new_lens)
+    q, k, v = _inputs(setup, layer, sum(new_lens))
+    kv_shape = (-1, layer.tp_k_head_num, layer.qk_head_dim)
+    backend = setup.backends["rvv"]
+    backend.init_forward_metadata(fb)
+    step = backend.forward_decode if mode == "decode" else backend.forward_extend
+
+    def forward(q, k, v):
+        return step(q, k.view(kv_shape), v.view(kv_shape), layer, fb)
+
+    eager = forward(q, k, v)
+    compiled = torch.compile(forward, fullgraph=True, backend="aot_eager")(q, k, v)
+    torch.testing.assert_close(compiled, eager, rtol=0, atol=0)
+
+
+def test_cpu_graph_padded_decode_batch(sgl):
+    """SGLang's CPU graph runner pads a short decode batch to a captured size with rows on pool row 0,
+    seq_len 1 and out_cache_loc 0: every padding row writes slot 0. All writes land before any read,
+    the last one wins, and the real rows are unaffected."""
+    layer = _layer(sgl, 0, 4, 2, 64)
+    setup = Setup(sgl, "mha", torch.bfloat16, [layer], torch.Generator().manual_seed(23))
+    fb = setup.batch("decode", [8, 21], [1, 1])
+    padding = 3
+    fill = setup.backends["rvv"].get_cpu_graph_seq_len_fill_value()
+    fb.batch_size = 2 + padding
+    fb.req_pool_indices = torch.cat([fb.req_pool_indices, torch.zeros(padding, dtype=torch.int64)])
+    fb.seq_lens = torch.cat([fb.seq_lens, torch.full((padding,), fill, dtype=torch.int64)])
+    fb.out_cache_loc = torch.cat([fb.out_cache_loc, torch.zeros(padding, dtype=torch.int64)])
+    fb.seq_lens_sum = int(fb.seq_lens.sum())
+    q, k, v = _inputs(setup, layer, fb.batch_size)
+    outputs = {name: setup.run(name, layer, fb, q, k, v) for name in ("rvv", "native")}
+    _check(setup, layer, fb, q, k, v, outputs)
+    key_buffer, value_buffer = setup._buffers("rvv", layer)
+    assert torch.equal(key_buffer[0].flatten(), k[-1]) and torch.equal(value_buffer[0].flatten(), v[-1])

@@ -35,6 +35,7 @@ int8 operators of ``torch.ops.rvv_attn`` have no SGLang pool to serve).
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING
 
 import torch
@@ -42,7 +43,7 @@ from sglang.srt.layers.attention.base_attn_backend import AttentionBackend
 from sglang.srt.layers.radix_attention import AttentionType
 from sglang.srt.mem_cache.memory_pool import KVWriteLoc
 
-from . import ops
+from . import ops, runtime_info
 
 try:
     from sglang.srt.mem_cache.swa_memory_pool import SWAKVPool
@@ -57,6 +58,8 @@ if TYPE_CHECKING:
 #: ``[B, H, DECODE_SPLITS, Dv + 1]``. The kernel merges them itself; more
 #: splits only help long contexts with few sequences.
 DECODE_SPLITS = 8
+
+logger = logging.getLogger("rvv_attn.sglang")
 
 
 class RvvAttnBackend(AttentionBackend):
@@ -75,6 +78,12 @@ class RvvAttnBackend(AttentionBackend):
         # attn_logits scratch per (heads, Dv): the kernel writes every element
         # it reads, so it needs no zeroing and is reused, growing with B.
         self._decode_scratch: dict[tuple[int, int], torch.Tensor] = {}
+        info = runtime_info()
+        logger.info(
+            "rvv-attn: the rvv attention backend serves this model (kernel variant %s: %s)",
+            info["active_variant"],
+            info["reason"],
+        )
 
     # ---- per-batch metadata ------------------------------------------------
 

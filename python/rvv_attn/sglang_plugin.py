@@ -40,6 +40,9 @@ BACKEND_NAME = "rvv"
 CPU_BACKEND_DEFAULTS = "sglang.srt.arg_groups.platform_hook.handle_cpu_backends"
 
 _loaded = False
+#: After :func:`load`: the ``sgl_kernel`` names rvv-attn serves, and those another library defined first.
+served: tuple[str, ...] = ()
+left_alone: tuple[str, ...] = ()
 
 
 def load() -> None:
@@ -68,13 +71,11 @@ def _register_operator_names() -> None:
 
     from . import ops
 
-    registered, skipped = ops.register_sglang_names_where_absent()
-    if skipped:
-        logger.info(
-            "rvv-attn: torch.ops.sgl_kernel already defines %s; left as they are", ", ".join(skipped)
-        )
-    if registered:
-        logger.info("rvv-attn: serving torch.ops.sgl_kernel.%s", ", ".join(registered))
+    global served, left_alone
+    served, left_alone = (tuple(str(name) for name in names) for names in ops.register_absent_sglang_names())
+    if left_alone:
+        logger.info("rvv-attn: torch.ops.sgl_kernel already defines %s; left as they are", ", ".join(left_alone))
+    logger.info("rvv-attn: serving torch.ops.sgl_kernel.{%s}", ",".join(served))
 
 
 def create_backend(model_runner):
