@@ -383,3 +383,17 @@ def test_cpu_graph_padded_decode_batch(sgl):
     _check(setup, layer, fb, q, k, v, outputs)
     key_buffer, value_buffer = setup._buffers("rvv", layer)
     assert torch.equal(key_buffer[0].flatten(), k[-1]) and torch.equal(value_buffer[0].flatten(), v[-1])
+
+
+@pytest.mark.parametrize("model", ["llama", "gpt-oss"])
+def test_demo_through_sglang_agrees_token_for_token(sgl, model, capsys):
+    """The demo's model generates through SGLang's ForwardBatch, RadixAttention and pool (the backend
+    'sglang') and through the demo's own backends; every request's tokens must be identical."""
+    from rvv_attn import demo
+
+    tiny = ["--layers", "2", "--hidden", "64", "--heads", "4", "--kv-heads", "2", "--head-dim", "16"]
+    tiny += ["--intermediate", "64", "--vocab", "64", "--requests", "3", "--prompt-lens", "9,2,13"]
+    run = tiny + ["--new-tokens", "3,2,4", "--chunk-size", "4", "--max-running", "2", "--no-progress"]
+    run += ["--model", model, "--window", "4", "--sglang"]
+    assert demo.main(run) == 0, capsys.readouterr().out
+    assert "(rvv, torch_native, sglang)" in capsys.readouterr().out

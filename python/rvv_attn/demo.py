@@ -79,6 +79,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help=f"comma-separated, run in this order; the first is the one the others are compared with "
         f"({', '.join(BACKENDS)})",
     )
+    p.add_argument(
+        "--sglang",
+        action="store_true",
+        help="add the backend 'sglang': SGLang's ForwardBatch, RadixAttention and KV pool driving its rvv "
+        "attention backend (needs SGLang's Python package)",
+    )
     m = p.add_argument_group("model (random weights from --seed; a size not given is the --model's)")
     m.add_argument(
         "--model",
@@ -136,6 +142,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     c.add_argument("--no-progress", action="store_true")
     args = p.parse_args(argv)
     args.backends = [b.strip() for b in args.backends.split(",") if b.strip()]
+    if args.sglang and "sglang" not in args.backends:
+        args.backends.append("sglang")
     unknown = [b for b in args.backends if b not in BACKENDS]
     if unknown or not args.backends:
         p.error(f"--backends: unknown backend {unknown[0] if unknown else '(none)'}; choose from {', '.join(BACKENDS)}")
