@@ -266,8 +266,8 @@ def compile_units(site: Path) -> list[Path]:
 def byte_compile(site: Path, qemu: Path, root: Path, jobs: int | None = None) -> None:
     """.pyc files for the target's Python, written under QEMU through host paths (see sysroot.byte_compile)."""
     units = compile_units(site)
-XX
-    top_files = [str(p) for p in site.glob("*/__init__.py")]
+    # The modules directly in each top-level package, which no unit covers.
+    top_files = [str(p) for p in sorted(site.glob("*/*.py")) if p.parent not in units]
     env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}
     if top_files:
         run(guest_command(qemu, root, None, ["python3", "-m", "py_compile", *top_files]), env=env)
