@@ -12,7 +12,9 @@ from __future__ import annotations
 import importlib.metadata
 import multiprocessing
 import os
+import queue
 import sys
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -62,9 +64,17 @@ def children() -> Iterator[dict[str | None, dict]]:
     for proc in procs:
         proc.start()
     reports = {}
+    deadline = time.monotonic() + CHILD_TIMEOUT
     try:
-        for _ in procs:
-            report = results.get(timeout=CHILD_TIMEOUT)
+        while len(reports) < len(procs):
+            try:
+                report = results.get(timeout=5)
+            except queue.Empty:
+                # A child that could not start (or died) reports nothing: fail now, not at the timeout.
+                dead = [(a, p.exitcode) for a, p in zip(allows, procs) if p.exitcode is not None and a not in reports]
+                if dead or time.monotonic() > deadline:
+                    pytest.fail(f"spawned children without a report (SGLANG_PLUGINS, exit code): {dead or 'timeout'}")
+                continue
             reports[report["allow"]] = report
     finally:
         for proc in procs:

@@ -5,7 +5,11 @@ pins, SGLang's wheel without dependencies, rvv-attn built and installed with
 its metadata) runs ``pytest -m sglang``; then the target: SGLang's sysroot and
 site folder (cached, environment.py), rvv-attn's riscv64 wheel (portable + the
 table's VLEN, incremental), a fresh venv with the wheel pip-installed, and the
-same tests under qemu-riscv64 at that VLEN. ``RVV_ATTN_SGLANG=require`` tells
+same tests under qemu-riscv64 at that VLEN. SGLang starts its processes with
+the ``spawn`` method (a new interpreter), and so do the tests: a riscv64
+program can start another only through the kernel, so the pinned QEMU is
+registered with binfmt_misc while the target's tests run, and QEMU_LD_PREFIX
+and QEMU_CPU give the children the same sysroot and CPU. ``RVV_ATTN_SGLANG=require`` tells
 the tests' conftest that SGLang must import: a failing ``import sglang`` is an
 error there, never a skip.
 """
@@ -25,7 +29,7 @@ from ..proc import Stopwatch, log, quote, run
 from ..release import install_test
 from ..session import Session
 from ..testing import testrun
-from ..toolchain import build, sysroot
+from ..toolchain import binfmt, build, sysroot
 from ..toolchain.torch_lines import TorchLine
 from ..toolchain.vlens import by_vlen
 from . import environment
@@ -92,6 +96,8 @@ def target_part(
     shutil.rmtree(work, ignore_errors=True)
     tmp.mkdir(parents=True)
     env = {**install_test.pytest_env(config, venv, tmp, qemu, root), SGLANG_ENV: "require"}
+    # What the kernel's binfmt_misc entry does not carry: the children's sysroot and CPU (QEMU reads both).
+    env.update(QEMU_LD_PREFIX=str(root), QEMU_CPU=config.qemu_cpu)
     with Stopwatch("target: venv and pip install of the wheel") as watch:
         run(install_test.create_venv_command(qemu, root, venv), env=env)
         (environment.venv_site_packages(venv) / environment.PTH_NAME).write_text(environment.pth_text(site_dir))
@@ -103,7 +109,7 @@ def target_part(
     junit.unlink(missing_ok=True)
     cmd = install_test.pytest_command(qemu, root, venv, config, pytest_args, junit)
     log(f"target: pytest under QEMU ({config.qemu_cpu}): {quote(cmd)}")
-    with Stopwatch("target: pytest") as watch:
+    with Stopwatch("target: pytest") as watch, binfmt.registered(qemu):
         returncode = subprocess.run(cmd, env=env, cwd=PROJECT_ROOT, stdin=subprocess.DEVNULL).returncode
     t.steps["target: tests"] = watch.elapsed
     outcome = testrun.parse_junit(junit) if junit.exists() else None
