@@ -186,7 +186,8 @@ def pytest_make_collect_report(collector: pytest.Collector):
 def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
     left_out = config.stash.get(_SGLANG_LEFT_OUT, [])
     if left_out:
-        terminalreporter.write_line(f"not collected (SGLang is not installed; test-sglang runs them): {', '.join(left_out)}")
+        names = ", ".join(left_out)
+        terminalreporter.write_line(f"not collected (SGLang is not installed; test-sglang runs them): {names}")
 
 
 def rvv_active() -> bool:
