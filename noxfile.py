@@ -21,7 +21,7 @@ import nox
 
 sys.path.insert(0, str(Path(__file__).parent / "ci"))
 
-from driver import bench, lint, release, testing, toolchain
+from driver import bench, lint, release, sglang, testing, toolchain
 from driver import warm as warm_targets
 from driver.errors import DriverError
 from driver.paths import BUILD_DIR, PROJECT_ROOT, line_folder
@@ -267,6 +267,26 @@ def _register_torch_line_sessions(line: toolchain.TorchLine) -> None:
     @_session(name=f"test-{line.name}-quick", python=False, tags=["test"], default=False, timed=True, doc=docs["quick"])
     def quick(session: nox.Session) -> None:
         cmd, env = testing.torch_line_runs.line_run(line, True, session.posargs)
+        session.run(*cmd, env=env, external=True)
+
+
+SGLANG_DOC = (
+    f"SGLang {sglang.environment.load().sglang.version}'s real package: the tests marked sglang, on the host and in "
+    "the riscv64 target at the table's VLEN (toolchains/sglang.json; torch line chosen by it).\n\n"
+    "Options before the pytest arguments: --only=host or --only=target. Default pytest arguments: -m sglang tests."
+)
+
+if LINE.torch == sglang.environment.load().torch:
+
+    @_session(name="test-sglang", default=False, timed=True, doc=SGLANG_DOC)
+    def test_sglang(session: nox.Session) -> None:
+        sglang.run_session(session, LINE, HOST_REQUIREMENTS, session.posargs)
+
+else:
+
+    @_session(name="test-sglang", python=False, default=False, doc=SGLANG_DOC)
+    def test_sglang_on_its_line(session: nox.Session) -> None:
+        cmd, env = testing.torch_line_runs.nested_run(sglang.environment.load().torch, ["test-sglang"], session.posargs)
         session.run(*cmd, env=env, external=True)
 
 

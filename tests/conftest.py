@@ -21,6 +21,12 @@ probing): the tail/mask policy cannot change its answer, so the all-ones
 agnostic configurations deselect it and the undisturbed one at the same VLEN
 runs it. It is checked like ``variant_independent``: it fails if it looks up
 the kernel table.
+
+A test marked ``sglang`` needs SGLang's real Python package: only the
+test-sglang session runs it (RVV_ATTN_SGLANG=require), and there a failing
+``import sglang`` stops the run; everywhere else such tests are deselected, and
+a test module that imports SGLang at module level is left out when SGLang is
+not installed.
 """
 
 from __future__ import annotations
@@ -40,6 +46,7 @@ _DESELECTED = pytest.StashKey[int]()
 _LOOKUPS_AT_SETUP = pytest.StashKey[int]()
 _LOOKUPS_EXCUSED = pytest.StashKey[int]()
 _LOOKUP_REPORT = pytest.StashKey[dict]()
+_SGLANG_LEFT_OUT = pytest.StashKey[list]()
 
 # Property-based tests: bounded by default (CI, emulated runs), many more
 # examples on demand: HYPOTHESIS_PROFILE=dev. Each configuration draws from its
@@ -68,6 +75,8 @@ EXPECTED_VARIANT = os.environ.get("RVV_ATTN_EXPECT_VARIANT", "")
 VARIANT_INDEPENDENT = os.environ.get("RVV_ATTN_VARIANT_INDEPENDENT", "run")
 # QEMU's all-ones tail/mask-agnostic policy (the agnostic configurations) shows in the CPU options the session set.
 AGNOSTIC_POLICY = "rvv_ta_all_1s=on" in os.environ.get("RVV_ATTN_QEMU_CPU", "")
+# "require" in the test-sglang session (SGLang must import; its tests run), "deselect" everywhere else.
+SGLANG = os.environ.get("RVV_ATTN_SGLANG", "deselect")
 
 
 def default_hypothesis_seed() -> int:
@@ -150,6 +159,35 @@ def pytest_sessionstart(session: pytest.Session) -> None:
         raise pytest.UsageError(f"cannot import rvv_attn: {IMPORT_ERROR}")
     if session.config.getoption("kernel_lookups_report"):
         session.config.stash[_LOOKUP_REPORT] = {}
+    if SGLANG not in ("require", "deselect"):
+        raise pytest.UsageError(f"RVV_ATTN_SGLANG={SGLANG}: use 'require' (the test-sglang session) or 'deselect'")
+    if SGLANG == "require":
+        try:
+            import sglang  # noqa: F401
+        except Exception as err:  # noqa: BLE001 - any failure is the same error here
+            raise pytest.UsageError(f"RVV_ATTN_SGLANG=require but SGLang does not import: {err!r}") from err
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_make_collect_report(collector: pytest.Collector):
+    """Outside test-sglang, a test module whose module-level import of SGLang fails is left out (and listed)."""
+    report = yield
+    if (
+        SGLANG == "deselect"
+        and report.failed
+        and isinstance(collector, pytest.Module)
+        and "No module named 'sglang" in str(report.longrepr)
+    ):
+        collector.config.stash.setdefault(_SGLANG_LEFT_OUT, []).append(collector.nodeid)
+        report.outcome, report.longrepr, report.result = "passed", None, []
+    return report
+
+
+def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
+    left_out = config.stash.get(_SGLANG_LEFT_OUT, [])
+    if left_out:
+        names = ", ".join(left_out)
+        terminalreporter.write_line(f"not collected (SGLang is not installed; test-sglang runs them): {names}")
 
 
 def rvv_active() -> bool:
@@ -188,6 +226,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         )
     if VARIANT_INDEPENDENT == "deselect":
         _deselect(config, items, "variant_independent")
+    if SGLANG == "deselect":
+        _deselect(config, items, "sglang")
     if AGNOSTIC_POLICY:
         _deselect(config, items, "policy_independent")
     if EXPECTED_VARIANT:

@@ -40,6 +40,15 @@ def line_run(
     return command, env
 
 
+def nested_run(
+    torch: str, sessions: Sequence[str], posargs: Sequence[str], environ: Mapping[str, str] | None = None
+) -> tuple[list[str], dict[str, str]]:
+    """Command and environment of ``sessions`` run with the torch line ``torch`` selected (e.g. test-sglang)."""
+    env = dict(os.environ if environ is None else environ)
+    env[LINE_ENV] = torch
+    return [*nested_nox_command(list(sessions)), "--", *posargs], env
+
+
 def session_docs(line: TorchLine) -> dict[str, str]:
     return {
         "full": f"Every test of `nox -t test` (but bench-check) against {line.describe()}: every VLEN and agnostic "
