@@ -270,8 +270,9 @@ void ops::extend_attention(const char* op, const ops::Int8KvArgs* int8, const at
   // operator also writes the new tokens to their slots
   // req_to_token[row, enc + prefix + i] (and, when they are int8 already,
   // reads them back from there): those entries are checked too. Two new
-  // tokens may name one slot: the writes go in row order and the later row's
-  // values (and dynamic scales) stay, as in decode.
+  // tokens may name one slot: the writes go in batch order (sequence by
+  // sequence, each one's tokens in order) and the later token's codes and
+  // dynamic scale stay, as in decode.
   at::Tensor stage1;  // keys per sequence in the kernel's stage 1
   const ops::KeyColumns columns =
       ops::extend_key_columns(op, opts, seq, prefix, req_to_token.size(1), int8 != nullptr && new_tokens, &stage1);
