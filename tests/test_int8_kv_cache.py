@@ -117,7 +117,17 @@ def test_decode_loc_drawn_with_repeats_from_a_few_slots(kernel_variant, mode, ne
     scales of the last row per slot), all of them before attention reads the cache."""
     k_scale, v_scale = SCALE_MODES[mode]
     t = int8_decode(
-        [20, 5, 9, 1, 2], 4, 2, 16, 16, torch.float32, k_scale, v_scale, new_int8=new_int8, magnitudes=True, seed=22,
+        [20, 5, 9, 1, 2],
+        4,
+        2,
+        16,
+        16,
+        torch.float32,
+        k_scale,
+        v_scale,
+        new_int8=new_int8,
+        magnitudes=True,
+        seed=22,
         loc_slots=3,
     )
     assert len(set(t.case.loc.tolist())) < len(t.case.loc), "the case must repeat slots"
@@ -573,7 +583,11 @@ def test_extend_new_tokens_naming_one_slot_keep_the_last(kernel_variant, k_scale
     _with_threads(threads, t.check)
     last = {slot: row for row, slot in zip(rows, slots)}
     for slot, row in last.items():
-        codes = a["k_extend"][row] if new_int8 else quantize_int8(a["k_extend"][row], None if is_dynamic(k_scale) else k_scale)[0]
+        codes = (
+            a["k_extend"][row]
+            if new_int8
+            else quantize_int8(a["k_extend"][row], None if is_dynamic(k_scale) else k_scale)[0]
+        )
         assert torch.equal(a["k_buffer"][slot], codes)
 
 

@@ -52,7 +52,9 @@ def test_repeated_indices_keep_the_last_token_in_order(kernel_variant, dtype, th
     k, v = x[:tokens, :, :head_dim], x[:tokens, :, head_dim:]
     k_cache, v_cache = x[tokens:, :, :head_dim].clone(), x[tokens:, :, head_dim:].clone()
     # Real tokens at their own slots, then padding tokens all at slot 0, then repeats drawn from a few slots.
-    indices = torch.cat([torch.tensor([3, 7, 5]), torch.zeros(4, dtype=torch.int64), torch.randint(0, 4, (12,), generator=g)])
+    indices = torch.cat(
+        [torch.tensor([3, 7, 5]), torch.zeros(4, dtype=torch.int64), torch.randint(0, 4, (12,), generator=g)]
+    )
     expected_k, expected_v = k_cache.clone(), v_cache.clone()
     for i, slot in enumerate(indices.tolist()):
         expected_k[slot], expected_v[slot] = k[i], v[i]
