@@ -119,7 +119,6 @@ def _attend_images(q, k, v, cu_q, cu_k, max_q, max_k):
     return out.sum(dim=1) + 1.0
 
 
-@pytest.mark.host_only
 def test_torch_compile_fullgraph_matches_eager(kernel_variant):
     """torch.compile(fullgraph=True) traces the call through the operator's fake implementation (no graph break)
     and the compiled function gives eager's result, bit for bit, for two batches of different shapes."""
