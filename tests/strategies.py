@@ -53,7 +53,11 @@ def kv_write_calls(draw, min_batch: int = 0) -> KvWriteCall:
     v_buffer = opcall.embed(randn(slots, heads_kv, head_dim_v), lead=(0, 0, 0), trail=(0, 0, pad))
     key = randn(batch, heads_kv, head_dim)
     value = randn(batch, heads_kv, head_dim_v)
-    loc = torch.randperm(slots, generator=g)[:batch].to(torch.int64)
+    if draw(st.booleans()):
+        loc = torch.randperm(slots, generator=g)[:batch].to(torch.int64)
+    else:
+        # Repeats allowed, as SGLang's padded batches and its tests draw loc: the last row naming a slot stays.
+        loc = torch.randint(0, draw(st.integers(1, slots)), (batch,), generator=g)
     return KvWriteCall(k_buffer, v_buffer, key, value, loc)
 
 
@@ -74,10 +78,6 @@ def kv_write_mutations(call: KvWriteCall) -> dict[str, tuple[dict, str]]:
             loc = call.loc.clone()
             loc[-1] = slot
             muts[name] = ({"loc": loc}, f"loc[{batch - 1}] = {slot} is outside")
-    if batch >= 2:
-        loc = call.loc.clone()
-        loc[1] = loc[0]
-        muts["repeated slot"] = ({"loc": loc}, "more than once")
     return muts
 
 

@@ -175,6 +175,54 @@ def test_new_token_is_written_and_used(kernel_variant, dtype):
     assert (case.output.double() - stale).abs().max() > 0.1
 
 
+def _run_with_threads(case: Case, threads: int) -> None:
+    saved = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        case.run()
+    finally:
+        torch.set_num_threads(saved)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=str)
+@pytest.mark.parametrize("threads", [1, 3])
+def test_sglang_padding_rows_share_slot_0_and_the_last_one_stays(kernel_variant, dtype, threads):
+    """SGLang's CPU graph runner pads a short batch with rows that write slot 0 (loc 0, pool row 0, seq_lens 1).
+
+    The reference writes the batch's K/V in batch order, then attends: the
+    real rows' outputs are unchanged by the padding, slot 0 holds the last
+    padding row's K/V, and each padding row attends that one token.
+    """
+    case = make_case([2 * decode_block() + 3, 5, 1], 8, 2, 40, 24, dtype, 2, seed=11, padding=4)
+    real = 3
+    _run_with_threads(case, threads)
+    assert_matches_reference(case)
+    assert torch.equal(case.k_buffer[0], case.key[-1]) and torch.equal(case.v_buffer[0], case.value[-1])
+    # Alone with the real rows, the outputs are the same, bit for bit.
+    alone = make_case([2 * decode_block() + 3, 5, 1], 8, 2, 40, 24, dtype, 2, seed=11, padding=4)
+    batch_args = ("query", "output", "key", "value", "loc", "attn_logits", "req_pool_indices", "seq_lens")
+    for name in batch_args:
+        setattr(alone, name, getattr(alone, name)[:real])
+    alone.run()
+    assert torch.equal(alone.output, case.output[:real])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("threads", [1, 3])
+def test_loc_drawn_with_repeats_from_a_few_slots(kernel_variant, dtype, threads):
+    """loc drawn at random from slots [0, 4), as SGLang's own decode tests draw it: the slots repeat, and other
+    sequences read them. Every write happens first, in batch order, the last one per slot staying; then attention."""
+    case = make_case([decode_block() + 1, 7, 20, 1, 3, 9], 4, 2, 24, 16, dtype, 3, seed=12, loc_slots=4)
+    assert len(set(case.loc.tolist())) < len(case.loc), "the case must repeat slots"
+    read = {int(case.req_to_token[r, t]) for r, n in zip(case.req_pool_indices, case.seq_lens) for t in range(n)}
+    assert read & set(case.loc.tolist()), "some written slot must also be read"
+    _run_with_threads(case, threads)
+    assert_matches_reference(case)
+    last = {slot: b for b, slot in enumerate(case.loc.tolist())}
+    for slot, b in last.items():
+        assert torch.equal(case.k_buffer[slot], case.key[b]) and torch.equal(case.v_buffer[slot], case.value[b])
+
+
 SPECIALS = {
     torch.float16: [
         0.0,
@@ -291,7 +339,6 @@ BAD_INPUTS = {
     # indices
     "loc past the cache": (lambda c: _with(c, loc=torch.tensor([1, 10**6])), r"loc\[1\] = 1000000 is outside"),
     "negative loc": (lambda c: _with(c, loc=torch.tensor([-2, 3])), r"loc\[0\] = -2 is outside"),
-    "repeated loc": (lambda c: _with(c, loc=torch.tensor([4, 4])), r"loc names slot 4 more than once"),
     "map entry past the cache": (lambda c: _map_entry(c, 999), r"req_to_token\[\d+, 2\] = 999 is outside the KV cache"),
     "negative map entry": (lambda c: _map_entry(c, -1), r"req_to_token\[\d+, 2\] = -1 is outside the KV cache"),
     "pool row past the end": (

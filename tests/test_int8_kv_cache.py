@@ -80,6 +80,60 @@ def test_quantization_rounds_half_to_even_and_clamps(kernel_variant):
     assert t.case.v_buffer[slot, 0, 0].item() == 127
 
 
+def _with_threads(threads: int, run) -> None:
+    saved = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        run()
+    finally:
+        torch.set_num_threads(saved)
+
+
+SCALE_MODES = {"static": (0.02, 0.02), "dynamic": (DYN, DYN), "staticK-dynV": (0.02, DYN)}
+
+
+@pytest.mark.parametrize("mode", list(SCALE_MODES))
+@pytest.mark.parametrize("threads", [1, 3])
+def test_decode_sglang_padding_rows_leave_the_last_rows_codes_and_scale(kernel_variant, mode, threads):
+    """SGLang's padding rows (loc 0, pool row 0, seq_lens 1) all write slot 0: it ends with the last padding
+    row's codes and, in dynamic mode, that row's scale (rows of different magnitudes, so each scale differs)."""
+    k_scale, v_scale = SCALE_MODES[mode]
+    t = int8_decode([37, 4, 1], 4, 2, 32, 24, torch.bfloat16, k_scale, v_scale, magnitudes=True, seed=21, padding=3)
+    _with_threads(threads, t.check)
+    for side, new, scale, cache, scale_buf in (
+        ("k", t.case.key[-1], k_scale, t.case.k_buffer, t.k_scale_buf),
+        ("v", t.case.value[-1], v_scale, t.case.v_buffer, t.v_scale_buf),
+    ):
+        codes, scales = quantize_int8(new, None if is_dynamic(scale) else scale)
+        assert torch.equal(cache[0], codes), f"{side} slot 0 does not hold the last padding row"
+        if is_dynamic(scale):
+            assert torch.equal(scale_buf[0], scales), f"{side}_scale_buf[0] is not the last padding row's scale"
+
+
+@pytest.mark.parametrize("mode", list(SCALE_MODES))
+@pytest.mark.parametrize("new_int8", [False, True], ids=["float-new", "int8-new"])
+def test_decode_loc_drawn_with_repeats_from_a_few_slots(kernel_variant, mode, new_int8):
+    """loc drawn at random from slots [0, 3), as SGLang's decode tests draw it: writes in batch order (codes and
+    scales of the last row per slot), all of them before attention reads the cache."""
+    k_scale, v_scale = SCALE_MODES[mode]
+    t = int8_decode(
+        [20, 5, 9, 1, 2],
+        4,
+        2,
+        16,
+        16,
+        torch.float32,
+        k_scale,
+        v_scale,
+        new_int8=new_int8,
+        magnitudes=True,
+        seed=22,
+        loc_slots=3,
+    )
+    assert len(set(t.case.loc.tolist())) < len(t.case.loc), "the case must repeat slots"
+    t.check()
+
+
 EXTEND_SHAPES = {
     "static 0.001 f32 GQA": (
         ExtendCase(prefix=[20, 0, 37], extend=[12, 9, 1], heads=8, heads_kv=2, head_dim=64, head_dim_v=48),
@@ -453,14 +507,6 @@ def _extend_read_slot(t: Int8Extend) -> int:
     return int(a["req_to_token"][int(a["req_pool_indices"][0]), 2])
 
 
-def _extend_dup_slot(t: Int8Extend):
-    a = t.case.inputs
-    m = a["req_to_token"].clone()
-    pool = int(a["req_pool_indices"][1])
-    m[pool, 3 + 1] = m[pool, 3]
-    return {"req_to_token": m}, r"names a cache slot that another new token .* is written to as well"
-
-
 EXTEND_BAD = {
     "zero v_scale": (lambda t: ({"v_scale": 0.0}, r"v_scale = 0 is not a valid scale")),
     "negative k_scale": (lambda t: ({"k_scale": -1.0}, r"k_scale = -1 is not a valid scale")),
@@ -501,7 +547,6 @@ EXTEND_BAD = {
             r"v_extend\[\d+, 0, 0\] = inf is not finite",
         )
     ),
-    "repeated new-token slot": _extend_dup_slot,
     "new-token slot past the cache": (
         lambda t: (
             t.case.inputs["req_to_token"].__setitem__((int(t.case.inputs["req_pool_indices"][0]), 6 + 1), 10**5) or {},
@@ -512,6 +557,38 @@ EXTEND_BAD = {
         lambda t: ({"extend_seq_lens": torch.tensor([4, 9])}, r"extend_seq_lens\[1\] = 9 exceeds seq_lens\[1\] = 8")
     ),
 }
+
+
+@pytest.mark.parametrize(
+    "k_scale,v_scale,new_int8",
+    [(0.03, 0.03, False), (DYN, DYN, False), (0.03, 0.03, True)],
+    ids=["static", "dynamic", "static-int8-new"],
+)
+@pytest.mark.parametrize("threads", [1, 3])
+def test_extend_new_tokens_naming_one_slot_keep_the_last(kernel_variant, k_scale, v_scale, new_int8, threads):
+    """New tokens whose map entries name one slot: the writes go in batch order (sequence by sequence, each
+    sequence's tokens in order) and the slot keeps the last one's codes and scale. Float new tokens are attended as
+    given; int8 ones are read back from the cache after every write, so an overwritten one reads the later row."""
+    t = int8_extend(
+        ExtendCase(prefix=[6, 3], extend=[4, 5], head_dim=16, head_dim_v=8), k_scale, v_scale, new_int8, magnitudes=True
+    )
+    a = t.case.inputs
+    m = a["req_to_token"]
+    row0, row1 = int(a["req_pool_indices"][0]), int(a["req_pool_indices"][1])
+    m[row1, 3 + 1] = m[row1, 3]  # sequence 1: tokens 0, 1 and 3 share a slot
+    m[row1, 3 + 3] = m[row1, 3]
+    m[row0, 6 + 3] = m[row1, 3 + 4]  # sequence 0's last token and sequence 1's last one
+    rows, slots = t.new_slots()
+    assert len(set(slots)) == len(slots) - 3
+    _with_threads(threads, t.check)
+    last = {slot: row for row, slot in zip(rows, slots)}
+    for slot, row in last.items():
+        codes = (
+            a["k_extend"][row]
+            if new_int8
+            else quantize_int8(a["k_extend"][row], None if is_dynamic(k_scale) else k_scale)[0]
+        )
+        assert torch.equal(a["k_buffer"][slot], codes)
 
 
 @pytest.mark.parametrize("name", list(EXTEND_BAD))

@@ -10,6 +10,7 @@ where a range narrowed per split or per block could be off by one.
 
 from __future__ import annotations
 
+import json
 import math
 import subprocess
 import sys
@@ -519,6 +520,105 @@ def test_sglang_import_refuses_when_sgl_kernel_defines_a_name():
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout
     assert "refused:" in out and "sgl_kernel.extend_attention_cpu is already defined" in out
     assert "decode registered: False" in out
+
+
+@pytest.mark.variant_independent
+def test_sgl_kernel_names_have_no_fake_so_sglangs_graph_runner_can_register_its_own():
+    """SGLang's CPU graph runner calls torch.library.register_fake("sgl_kernel::<name>") itself, which raises if a
+    fake or Meta kernel exists. (rvv_attn's own names have fakes: tests/test_opcheck.py.)"""
+    import rvv_attn.sglang
+
+    def fake(*args, **kwargs):
+        return None
+
+    scope = torch.library.Library("sgl_kernel", "FRAGMENT")
+    try:
+        for name in rvv_attn.sglang.REGISTERED:
+            torch.library.register_fake(f"sgl_kernel::{name}", fake, lib=scope)
+    finally:
+        scope._destroy()
+    # Destroying the scope took the fakes away again: the next registration (another test, SGLang) works too.
+    scope = torch.library.Library("sgl_kernel", "FRAGMENT")
+    try:
+        torch.library.register_fake("sgl_kernel::decode_attention_cpu", fake, lib=scope)
+    finally:
+        scope._destroy()
+
+
+def _child(script: str) -> dict:
+    """Run ``script`` in a fresh interpreter (registering operator names is process-wide) and return the JSON it
+    prints last."""
+    child = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert child.returncode == 0, child.stderr[-3000:]
+    return json.loads(child.stdout.strip().splitlines()[-1])
+
+
+# A real sgl-kernel build loaded first, simulated: two of the names defined by another library, with its own
+# schemas and CPU kernels.
+_OTHER_LIBRARY = """
+import json, torch
+other = torch.library.Library("sgl_kernel", "DEF")
+other.define("extend_attention_cpu(Tensor q) -> ()")
+other.define("store_cache_cpu(Tensor k) -> ()")
+other.impl("extend_attention_cpu", lambda q: None, "CPU")
+other.impl("store_cache_cpu", lambda k: None, "CPU")
+import rvv_attn
+"""
+
+
+@pytest.mark.host_only
+def test_absent_names_are_registered_beside_another_library_in_a_fresh_process():
+    out = _child(
+        _OTHER_LIBRARY
+        + """
+served, skipped = torch.ops.rvv_attn.register_absent_sglang_names()
+again = torch.ops.rvv_attn.register_absent_sglang_names()
+try:
+    import rvv_attn.sglang
+    strict = "registered"
+except RuntimeError as err:
+    strict = str(err)
+print(json.dumps(dict(
+    served=list(served), skipped=list(skipped), again=[list(again[0]), list(again[1])], strict=strict,
+    extend=str(torch.ops.sgl_kernel.extend_attention_cpu.default._schema),
+    decode=[a.name for a in torch.ops.sgl_kernel.decode_attention_cpu.default._schema.arguments][:3],
+    int8=hasattr(torch.ops.sgl_kernel, "extend_attention_int8_cpu"),
+)))
+"""
+    )
+    assert out["skipped"] == ["extend_attention_cpu", "store_cache_cpu"]
+    assert out["served"] == [
+        "decode_attention_cpu",
+        "flash_attn_varlen_func",
+        "decode_attention_int8_cpu",
+        "extend_attention_int8_cpu",
+    ]
+    assert out["again"] == [out["served"], out["skipped"]], "a second call must report the same and register nothing"
+    # The other library's operators are untouched; the absent ones are rvv-attn's.
+    assert out["extend"] == "sgl_kernel::extend_attention_cpu(Tensor q) -> ()"
+    assert out["decode"] == ["query", "k_cache", "v_cahce"] and out["int8"]
+    # The strict registration (import rvv_attn.sglang) still refuses while another library holds a name.
+    assert "sgl_kernel.extend_attention_cpu is already defined" in out["strict"]
+
+
+@pytest.mark.host_only
+@pytest.mark.parametrize("first", ["absent", "strict"])
+def test_both_registrations_agree_when_no_other_library_is_loaded_in_a_fresh_process(first):
+    absent = "list(map(list, torch.ops.rvv_attn.register_absent_sglang_names()))"
+    strict = "list(torch.ops.rvv_attn.register_sglang_names())"
+    calls = [absent, strict] if first == "absent" else [strict, absent]
+    out = _child(f"import json, torch, rvv_attn\nprint(json.dumps([{calls[0]}, {calls[1]}]))\n")
+    names = [
+        "decode_attention_cpu",
+        "extend_attention_cpu",
+        "flash_attn_varlen_func",
+        "store_cache_cpu",
+        "decode_attention_int8_cpu",
+        "extend_attention_int8_cpu",
+    ]
+    by_call = dict(zip([first, "strict" if first == "absent" else "absent"], out))
+    assert by_call["absent"] == [names, []]
+    assert by_call["strict"] == names
 
 
 # ---- bad input: a clear error, nothing written ------------------------------------------------

@@ -25,10 +25,14 @@ struct ThreadPool {
   void (*run)(int64_t n, void* ctx, void (*body)(void* ctx, int64_t begin, int64_t end));
 };
 
-// decode_set_kv_buffer: k_buffer[loc[b], h, :] = key[b, h, :] (and V, unless
-// ``value`` is null: an MLA cache, whose V is a view of the K rows).
-// All strides are in elements; the last dimension of every tensor is dense.
-// ``loc`` has been checked: every slot is in range and none repeats.
+// decode_set_kv_buffer: for each of the ``batch`` entries b,
+// k_buffer[loc[b], h, :] = key[r, h, :] with r = rows[b] (r = b when
+// ``rows`` is null), and V alike unless ``value`` is null (an MLA cache,
+// whose V is a view of the K rows). All strides are in elements; the last
+// dimension of every tensor is dense. ``loc`` has been checked: every slot is
+// in range and none repeats, so entries may be written in any order and on
+// any thread. (A call whose slots repeat reaches the kernel with only each
+// slot's last entry: ops/kv_write.h, keep_last_write_per_slot.)
 struct KvWriteParams {
   DType dtype;
   int64_t batch, heads_kv, head_dim, head_dim_v;
@@ -41,6 +45,7 @@ struct KvWriteParams {
   void* v_buffer;
   int64_t v_buffer_stride_t, v_buffer_stride_h;
   const int64_t* loc;
+  const int64_t* rows;
 };
 
 // The scales of an int8 KV cache, shared by the decode, extend and KV-write
@@ -176,8 +181,8 @@ struct ExtendBlocking {
   int64_t block_n;  // keys per tile
 };
 
-// The int8 KV-cache write: entry i copies row src_rows[i] (or i when
-// src_rows is null) of key/value into cache slot kv.loc[i], quantizing
+// The int8 KV-cache write: entry i copies row kv.rows[i] (or i when
+// kv.rows is null) of key/value into cache slot kv.loc[i], quantizing
 // when key/value are float. kv.k_buffer/kv.v_buffer hold int8; kv.dtype is
 // the float dtype of key/value unless src_int8 (then they are int8 and are
 // copied as they are). Scales as in Int8Scales: static (> 0) quantizes
@@ -189,7 +194,6 @@ struct ExtendBlocking {
 struct KvQuantWriteParams {
   KvWriteParams kv;
   bool src_int8;
-  const int64_t* src_rows;
   Int8Scales scales;
 };
 

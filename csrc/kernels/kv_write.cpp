@@ -53,13 +53,14 @@ void write_kv_typed(const rvv_attn::KvWriteParams& p, const rvv_attn::ThreadPool
   struct Ctx {
     const rvv_attn::KvWriteParams* p;
   } ctx{&p};
-  // One work item per (token, kv head): rows are independent and slots are
-  // distinct (checked by the binding), so no two items write the same row.
+  // One work item per (entry, kv head): the binding hands over distinct
+  // slots (each slot's last entry), so no two items write the same row and
+  // the result does not depend on which thread runs which item.
   auto body = [](void* c, int64_t begin, int64_t end) {
     const auto& q = *static_cast<Ctx*>(c)->p;
     for (int64_t i = begin; i < end; ++i) {
-      const int64_t b = i / q.heads_kv, h = i % q.heads_kv;
-      const int64_t slot = q.loc[b];
+      const int64_t e = i / q.heads_kv, h = i % q.heads_kv;
+      const int64_t slot = q.loc[e], b = q.rows != nullptr ? q.rows[e] : e;
       copy_row<Bytes>(static_cast<char*>(q.k_buffer) + (slot * q.k_buffer_stride_t + h * q.k_buffer_stride_h) * Bytes,
                       static_cast<const char*>(q.key) + (b * q.key_stride_b + h * q.key_stride_h) * Bytes, q.head_dim);
       if (q.value == nullptr) continue;  // an MLA cache: V lives in the K row just written
@@ -105,14 +106,15 @@ void write_kv_int8_typed(const rvv_attn::KvQuantWriteParams& p, const rvv_attn::
   struct Ctx {
     const rvv_attn::KvQuantWriteParams* p;
   } ctx{&p};
-  // One work item per (entry, kv head); slots are distinct (checked).
+  // One work item per (entry, kv head); slots are distinct (each slot's last
+  // entry), so a slot's codes and dynamic scale come from one row.
   auto body = [](void* c, int64_t begin, int64_t end) {
     const auto& q = *static_cast<Ctx*>(c)->p;
     const rvv_attn::KvWriteParams& kv = q.kv;
     using Elem = typename vec::Traits<T>::Elem;
     for (int64_t i = begin; i < end; ++i) {
       const int64_t e = i / kv.heads_kv, h = i % kv.heads_kv;
-      const int64_t slot = kv.loc[e], row = q.src_rows ? q.src_rows[e] : e;
+      const int64_t slot = kv.loc[e], row = kv.rows != nullptr ? kv.rows[e] : e;
       int8_t* kd = static_cast<int8_t*>(kv.k_buffer) + slot * kv.k_buffer_stride_t + h * kv.k_buffer_stride_h;
       int8_t* vd = static_cast<int8_t*>(kv.v_buffer) + slot * kv.v_buffer_stride_t + h * kv.v_buffer_stride_h;
       const int64_t ks = row * kv.key_stride_b + h * kv.key_stride_h;

@@ -2,7 +2,9 @@
 // validation, the KV write, then the attention kernel.
 //
 // Every check runs before the KV write, so a rejected call leaves the cache,
-// output and attn_logits untouched.
+// output and attn_logits untouched. The whole KV write (in batch order, the
+// last entry for a repeated slot winning) ends before attention reads the
+// cache.
 #include <ATen/core/Tensor.h>
 #include <c10/util/Exception.h>
 #include <torch/library.h>
@@ -172,9 +174,10 @@ void decode_attention(const char* op, const Int8KvArgs* int8, const at::Tensor& 
     std::vector<bool> fresh_k(static_cast<size_t>(k_buffer.size(0)), false);
     std::vector<bool> fresh_v(static_cast<size_t>(v_buffer.size(0)), false);
     if (writes && !new_int8) {
-      for (int64_t b = 0; b < batch; ++b) {
-        fresh_k[static_cast<size_t>(kv_write.params.loc[b])] = q8.k_dyn;
-        fresh_v[static_cast<size_t>(kv_write.params.loc[b])] = q8.v_dyn;
+      // params lists each written slot once (its last entry).
+      for (int64_t e = 0; e < kv_write.params.batch; ++e) {
+        fresh_k[static_cast<size_t>(kv_write.params.loc[e])] = q8.k_dyn;
+        fresh_v[static_cast<size_t>(kv_write.params.loc[e])] = q8.v_dyn;
       }
     }
     check_read_scales(op, q8, maps, fresh_k, fresh_v);
@@ -185,7 +188,7 @@ void decode_attention(const char* op, const Int8KvArgs* int8, const at::Tensor& 
 
   if (batch == 0) return;
   if (writes && int8) {
-    run_int8_write(q8, kv_write.params, new_int8, nullptr);
+    run_int8_write(q8, kv_write.params, new_int8);
   } else if (writes) {
     ops::run_kv_write(kv_write);
   }

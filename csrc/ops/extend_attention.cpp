@@ -19,6 +19,7 @@
 #include "ops/checks.h"
 #include "ops/entry_points.h"
 #include "ops/int8_kv.h"
+#include "ops/kv_write.h"
 #include "ops/overlap.h"
 #include "ops/runtime.h"
 #include "ops/token_map.h"
@@ -268,8 +269,10 @@ void ops::extend_attention(const char* op, const ops::Int8KvArgs* int8, const at
   // are checked (entries for the new tokens are not read). The int8
   // operator also writes the new tokens to their slots
   // req_to_token[row, enc + prefix + i] (and, when they are int8 already,
-  // reads them back from there): those entries are checked too, and the
-  // written slots must be distinct.
+  // reads them back from there): those entries are checked too. Two new
+  // tokens may name one slot: the writes go in batch order (sequence by
+  // sequence, each one's tokens in order) and the later token's codes and
+  // dynamic scale stay, as in decode.
   at::Tensor stage1;  // keys per sequence in the kernel's stage 1
   const ops::KeyColumns columns =
       ops::extend_key_columns(op, opts, seq, prefix, req_to_token.size(1), int8 != nullptr && new_tokens, &stage1);
@@ -284,7 +287,6 @@ void ops::extend_attention(const char* op, const ops::Int8KvArgs* int8, const at
     int64_t* rows = write_rows.data_ptr<int64_t>();
     int64_t* slots = write_slots.data_ptr<int64_t>();
     const token_map::MapView map = maps.map();
-    std::vector<int64_t> owner(static_cast<size_t>(std::min(k_buffer.size(0), v_buffer.size(0))), -1);
     int64_t i = 0;
     for (int64_t b = 0; b < batch; ++b) {
       // The new tokens' columns follow the keys of stage 1.
@@ -292,11 +294,6 @@ void ops::extend_attention(const char* op, const ops::Int8KvArgs* int8, const at
       for (int64_t j = 0; j < ext.data_ptr<int64_t>()[b]; ++j, ++i) {
         rows[i] = start.data_ptr<int64_t>()[b] + j;
         slots[i] = map.at(row, pre + j);
-        int64_t& first = owner[static_cast<size_t>(slots[i])];
-        TORCH_CHECK(first < 0, op, ": req_to_token[", row, ", ", pre + j, "] = ", slots[i],
-                    " names a cache slot that another new token (row ", first,
-                    " of k_extend) is written to as well; each new token needs its own slot");
-        first = rows[i];
       }
     }
     if (!new_int8) {
@@ -314,7 +311,8 @@ void ops::extend_attention(const char* op, const ops::Int8KvArgs* int8, const at
     ops::check_read_scales(op, q8, maps, fresh_k, fresh_v);
 
     // Everything is checked: write the new tokens into the cache.
-    KvWriteParams kv{};
+    ops::PreparedKvWrite write{};
+    KvWriteParams& kv = write.params;
     kv.dtype = dtype;
     kv.batch = n;
     kv.heads_kv = k_extend.size(1);
@@ -333,7 +331,11 @@ void ops::extend_attention(const char* op, const ops::Int8KvArgs* int8, const at
     kv.v_buffer_stride_t = v_buffer.stride(0);
     kv.v_buffer_stride_h = v_buffer.stride(1);
     kv.loc = slots;
-    ops::run_int8_write(q8, kv, new_int8, rows);
+    kv.rows = rows;
+    write.loc = write_slots;
+    write.rows = write_rows;
+    ops::keep_last_write_per_slot(write);
+    ops::run_int8_write(q8, kv, new_int8);
   } else if (int8) {
     const std::vector<bool> none_fresh_k(static_cast<size_t>(k_buffer.size(0)), false);
     const std::vector<bool> none_fresh_v(static_cast<size_t>(v_buffer.size(0)), false);

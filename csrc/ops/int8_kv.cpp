@@ -144,12 +144,11 @@ Int8Scales kernel_scales(const Int8Setup& s) {
   return k;
 }
 
-void run_int8_write(const Int8Setup& s, const KvWriteParams& kv, bool src_int8, const int64_t* src_rows) {
+void run_int8_write(const Int8Setup& s, const KvWriteParams& kv, bool src_int8) {
   if (kv.batch == 0 || kv.heads_kv == 0) return;
   KvQuantWriteParams p{};
   p.kv = kv;
   p.src_int8 = src_int8;
-  p.src_rows = src_rows;
   p.scales = kernel_scales(s);
   kernels().write_kv_int8(p, torch_pool());
 }

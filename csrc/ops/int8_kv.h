@@ -58,8 +58,8 @@ void check_read_scales(const char* op, const Int8Setup& s, const token_map::Chec
                        const std::vector<bool>& fresh_k, const std::vector<bool>& fresh_v);
 
 // Quantize (or copy) the new rows into the cache; kv.loc[i] is the slot of
-// row src_rows[i] (null: row i).
-void run_int8_write(const Int8Setup& s, const KvWriteParams& kv, bool src_int8, const int64_t* src_rows);
+// row kv.rows[i] (null: row i), no slot repeated (keep_last_write_per_slot).
+void run_int8_write(const Int8Setup& s, const KvWriteParams& kv, bool src_int8);
 
 // The scale buffers and scales as the kernels take them.
 Int8Scales kernel_scales(const Int8Setup& s);

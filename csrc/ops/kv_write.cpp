@@ -1,8 +1,10 @@
 #include "ops/kv_write.h"
 
+#include <ATen/ops/empty.h>
 #include <c10/util/Exception.h>
 
 #include <algorithm>
+#include <numeric>
 #include <utility>
 #include <vector>
 
@@ -12,8 +14,7 @@
 namespace rvv_attn::ops {
 namespace {
 
-// Every slot in ``loc`` is inside both buffers and no slot repeats (two rows
-// racing for one slot would leave either).
+// Every slot in ``loc`` is inside both buffers.
 void check_slots(const char* op, const at::Tensor& loc, int64_t k_slots, int64_t v_slots) {
   const int64_t* slots = loc.data_ptr<int64_t>();
   const int64_t n = loc.numel();
@@ -21,11 +22,6 @@ void check_slots(const char* op, const at::Tensor& loc, int64_t k_slots, int64_t
     TORCH_CHECK(slots[i] >= 0 && slots[i] < k_slots && slots[i] < v_slots, op, ": loc[", i, "] = ", slots[i],
                 " is outside the KV cache's token slots [0, ", std::min(k_slots, v_slots), ")");
   }
-  std::vector<int64_t> sorted(slots, slots + n);
-  std::sort(sorted.begin(), sorted.end());
-  auto dup = std::adjacent_find(sorted.begin(), sorted.end());
-  TORCH_CHECK(dup == sorted.end(), op, ": loc names slot ", (dup == sorted.end() ? 0 : *dup),
-              " more than once; each new token needs its own slot");
 }
 
 }  // namespace
@@ -91,7 +87,42 @@ PreparedKvWrite prepare_kv_write(const char* op, const at::Tensor& k_buffer, con
   p.v_buffer_stride_t = v_buffer.stride(0);
   p.v_buffer_stride_h = v_buffer.stride(1);
   p.loc = out.loc.data_ptr<int64_t>();
+  p.rows = nullptr;
+  keep_last_write_per_slot(out);
   return out;
+}
+
+void keep_last_write_per_slot(PreparedKvWrite& prepared) {
+  KvWriteParams& p = prepared.params;
+  const int64_t n = p.batch;
+  if (n < 2) return;
+  // Entries grouped by slot, each group in entry order: its last member wins.
+  std::vector<int64_t> order(static_cast<size_t>(n));
+  std::iota(order.begin(), order.end(), int64_t{0});
+  const int64_t* slots = p.loc;
+  std::sort(order.begin(), order.end(),
+            [slots](int64_t a, int64_t b) { return slots[a] != slots[b] ? slots[a] < slots[b] : a < b; });
+  std::vector<int64_t> winners;
+  for (size_t i = 0; i < order.size(); ++i) {
+    if (i + 1 == order.size() || slots[order[i]] != slots[order[i + 1]]) winners.push_back(order[i]);
+  }
+  if (static_cast<int64_t>(winners.size()) == n) return;
+  // Entry order again, so the cache rows are visited as the batch lists them.
+  std::sort(winners.begin(), winners.end());
+  const int64_t kept = static_cast<int64_t>(winners.size());
+  at::Tensor kept_loc = at::empty({kept}, at::kLong), kept_rows = at::empty({kept}, at::kLong);
+  int64_t* loc_out = kept_loc.data_ptr<int64_t>();
+  int64_t* rows_out = kept_rows.data_ptr<int64_t>();
+  for (int64_t k = 0; k < kept; ++k) {
+    const int64_t e = winners[static_cast<size_t>(k)];
+    loc_out[k] = slots[e];
+    rows_out[k] = p.rows != nullptr ? p.rows[e] : e;
+  }
+  prepared.loc = kept_loc;
+  prepared.rows = kept_rows;
+  p.loc = loc_out;
+  p.rows = rows_out;
+  p.batch = kept;
 }
 
 void run_kv_write(const PreparedKvWrite& prepared) {

@@ -10,14 +10,27 @@
 namespace rvv_attn::ops {
 
 struct PreparedKvWrite {
-  KvWriteParams params;  // params.loc points into ``loc``
+  KvWriteParams params;  // params.loc points into ``loc``, params.rows into ``rows`` (or is null)
   at::Tensor loc;        // contiguous int64 copy (or the argument) kept alive
+  at::Tensor rows;       // int64 source rows of the entries, when they are not 0, 1, ...
 };
+
+// A call's cache writes take effect in entry order, so when several entries
+// name one slot the last of them wins (SGLang pads a decode batch with rows
+// that all write slot 0, and its tests write the cache by indexed
+// assignment). The kernels write entries in parallel, in no fixed order;
+// handing them only each slot's last entry makes the result the same for
+// every thread count and VLEN. Reduces params (loc, rows, batch) to those
+// entries, in entry order, storing the new arrays in ``prepared``; a call
+// whose slots are distinct is left as it is.
+void keep_last_write_per_slot(PreparedKvWrite& prepared);
 
 // All checks on k_buffer, v_buffer, key, value and loc, errors prefixed with
 // ``op``: ranks, dtypes (float32/bfloat16/float16, all equal),
-// matching sizes, dense last dimensions, every slot in range and distinct
-// (loc may be int32 or int64). Memory overlap is the caller's to check.
+// matching sizes, dense last dimensions, every slot in range (loc may be
+// int32 or int64; a repeated slot is resolved by keep_last_write_per_slot,
+// so params may hold fewer entries than key has rows). Memory overlap is the
+// caller's to check.
 // Reads nothing but loc and writes nothing. With ``int8_cache`` the
 // buffers must be int8 instead and key/value may be int8 or any float dtype
 // (the caller checks them against its query); params.dtype is then key's

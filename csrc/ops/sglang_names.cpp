@@ -3,7 +3,8 @@
 // names, types and order, its ``v_cahce`` spelling included), so that
 // SGLang's CPU backend calls these kernels unchanged. Registered on request
 // only (``import rvv_attn.sglang`` calls rvv_attn::register_sglang_names), so
-// that loading rvv_attn next to a real sgl-kernel build changes nothing.
+// that loading rvv_attn next to a real sgl-kernel build changes nothing;
+// register_absent_sglang_names serves only the names such a build lacks.
 //
 // The entry points are rvv_attn's own (ops/entry_points.h), under these names:
 // a call through torch.ops.sgl_kernel reaches the same validation and
@@ -15,7 +16,9 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "ops/attention_options.h"
@@ -32,39 +35,82 @@ constexpr char kVarlen[] = "sgl_kernel.flash_attn_varlen_func";
 constexpr char kStoreCache[] = "sgl_kernel.store_cache_cpu";
 
 // SGLang main's schemas; the alias annotations also mark the caches and
-// attn_logits, which SGLang's kernels write without declaring it.
+// attn_logits, which SGLang's kernels write without declaring it. ``impl``
+// adds the CPU kernel of the name to an IMPL library of sgl_kernel.
 struct Entry {
   const char* name;
   const char* schema;
+  void (*impl)(torch::Library& m);
 };
 const Entry kEntries[] = {
     {"decode_attention_cpu",
      "decode_attention_cpu(Tensor query, Tensor(a!) k_cache, Tensor(b!) v_cahce, Tensor(c!) output, Tensor? key, "
      "Tensor? value, Tensor loc, Tensor(d!) attn_logits, Tensor req_to_token, Tensor req_pool_indices, "
-     "Tensor seq_lens, float sm_scale, float logit_cap, " RVV_ATTN_OPTION_ARGS ") -> ()"},
+     "Tensor seq_lens, float sm_scale, float logit_cap, " RVV_ATTN_OPTION_ARGS ") -> ()",
+     [](torch::Library& m) { m.impl("decode_attention_cpu", &entry::decode_attention_cpu<kDecode>); }},
     {"extend_attention_cpu",
      "extend_attention_cpu(Tensor q_extend, Tensor? k_extend, Tensor? v_extend, Tensor(a!) o_extend, "
      "Tensor k_buffer, Tensor v_buffer, Tensor req_to_token, Tensor req_pool_indices, Tensor seq_lens, "
      "Tensor extend_seq_lens, Tensor extend_start_loc, int max_len_extend, float sm_scale, float "
-     "logit_cap, " RVV_ATTN_OPTION_ARGS ") -> ()"},
+     "logit_cap, " RVV_ATTN_OPTION_ARGS ") -> ()",
+     [](torch::Library& m) { m.impl("extend_attention_cpu", &entry::extend_attention_cpu<kExtend>); }},
     {"flash_attn_varlen_func",
      "flash_attn_varlen_func(Tensor q, Tensor k, Tensor v, Tensor cu_seqlens_q, Tensor cu_seqlens_k, "
-     "int max_seqlen_q, int max_seqlen_k, bool causal) -> Tensor"},
+     "int max_seqlen_q, int max_seqlen_k, bool causal) -> Tensor",
+     [](torch::Library& m) { m.impl("flash_attn_varlen_func", &entry::flash_attn_varlen_func<kVarlen>); }},
     {"store_cache_cpu",
      "store_cache_cpu(Tensor k, Tensor v, Tensor(a!) k_cache, Tensor(b!) v_cache, Tensor indices, int? row_dim) "
-     "-> ()"},
+     "-> ()",
+     [](torch::Library& m) { m.impl("store_cache_cpu", &entry::store_cache_cpu<kStoreCache>); }},
     // The RVV int8 port's names: the float schemas plus the cache's scales.
     {"decode_attention_int8_cpu",
      "decode_attention_int8_cpu(Tensor query, Tensor(a!) k_cache, Tensor(b!) v_cache, Tensor(c!) output, "
      "Tensor? key, Tensor? value, Tensor loc, Tensor(d!) attn_logits, Tensor req_to_token, "
      "Tensor req_pool_indices, Tensor seq_lens, float sm_scale, float logit_cap, Tensor(e!) k_scale_buf, "
-     "Tensor(f!) v_scale_buf, float k_scale, float v_scale, " RVV_ATTN_OPTION_ARGS ") -> ()"},
+     "Tensor(f!) v_scale_buf, float k_scale, float v_scale, " RVV_ATTN_OPTION_ARGS ") -> ()",
+     [](torch::Library& m) { m.impl("decode_attention_int8_cpu", &entry::decode_attention_int8_cpu<kDecodeInt8>); }},
     {"extend_attention_int8_cpu",
      "extend_attention_int8_cpu(Tensor q_extend, Tensor? k_extend, Tensor? v_extend, Tensor(a!) o_extend, "
      "Tensor(b!) k_buffer, Tensor(c!) v_buffer, Tensor req_to_token, Tensor req_pool_indices, Tensor seq_lens, "
      "Tensor extend_seq_lens, Tensor extend_start_loc, int max_len_extend, float sm_scale, float logit_cap, "
-     "Tensor(e!) k_scale_buf, Tensor(f!) v_scale_buf, float k_scale, float v_scale, " RVV_ATTN_OPTION_ARGS ") -> ()"},
+     "Tensor(e!) k_scale_buf, Tensor(f!) v_scale_buf, float k_scale, float v_scale, " RVV_ATTN_OPTION_ARGS ") -> ()",
+     [](torch::Library& m) { m.impl("extend_attention_int8_cpu", &entry::extend_attention_int8_cpu<kExtendInt8>); }},
 };
+
+// What this process has registered in sgl_kernel. The libraries live for the
+// process: destroying one would unregister its names under SGLang's feet.
+struct Registry {
+  std::mutex mutex;
+  std::vector<std::unique_ptr<torch::Library>> libraries;
+  std::set<std::string> ours;  // names of kEntries registered by rvv_attn
+};
+
+Registry& registry() {
+  static Registry r;
+  return r;
+}
+
+// The schema of sgl_kernel::<name> if any library defines it, else nullopt.
+std::optional<std::string> defined_elsewhere(const Entry& e) {
+  const auto existing = c10::Dispatcher::singleton().findSchema({std::string("sgl_kernel::") + e.name, ""});
+  if (!existing.has_value()) return std::nullopt;
+  return existing->schema().name();
+}
+
+// Defines and implements ``entries`` in sgl_kernel (the caller holds the lock
+// and has checked that none is defined yet).
+void register_entries(Registry& r, const std::vector<const Entry*>& entries) {
+  if (entries.empty()) return;
+  auto defs =
+      std::make_unique<torch::Library>(torch::Library::FRAGMENT, "sgl_kernel", std::nullopt, __FILE__, __LINE__);
+  for (const Entry* e : entries) defs->def(e->schema);
+  auto impls =
+      std::make_unique<torch::Library>(torch::Library::IMPL, "sgl_kernel", c10::DispatchKey::CPU, __FILE__, __LINE__);
+  for (const Entry* e : entries) e->impl(*impls);
+  r.libraries.push_back(std::move(defs));
+  r.libraries.push_back(std::move(impls));
+  for (const Entry* e : entries) r.ours.insert(e->name);
+}
 
 }  // namespace
 
@@ -72,35 +118,54 @@ const Entry kEntries[] = {
 // If sgl_kernel defines any of them already (another library registered it),
 // raises naming it and registers nothing.
 std::vector<std::string> register_sglang_names() {
-  static std::mutex mutex;
-  static std::vector<std::unique_ptr<torch::Library>> libraries;  // live for the process
-  std::lock_guard<std::mutex> lock(mutex);
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
   std::vector<std::string> names;
-  for (const Entry& e : kEntries) names.emplace_back(e.name);
-  if (!libraries.empty()) return names;
+  std::vector<const Entry*> missing;
   for (const Entry& e : kEntries) {
-    const auto existing = c10::Dispatcher::singleton().findSchema({std::string("sgl_kernel::") + e.name, ""});
+    names.emplace_back(e.name);
+    if (r.ours.count(e.name) != 0) continue;
+    const std::optional<std::string> existing = defined_elsewhere(e);
     TORCH_CHECK(!existing.has_value(), "rvv_attn.sglang: torch.ops.sgl_kernel.", e.name, " is already defined (",
-                existing.has_value() ? existing->schema().name() : "",
+                existing.value_or(""),
                 ", by another library, e.g. a real sgl-kernel build); rvv_attn registered none of its SGLang names. "
-                "Use one kernel library per process");
+                "Use one kernel library per process, or register_absent_sglang_names() to serve only the names "
+                "the other library lacks");
+    missing.push_back(&e);
   }
-  auto defs =
-      std::make_unique<torch::Library>(torch::Library::FRAGMENT, "sgl_kernel", std::nullopt, __FILE__, __LINE__);
-  for (const Entry& e : kEntries) defs->def(e.schema);
-  auto impls =
-      std::make_unique<torch::Library>(torch::Library::IMPL, "sgl_kernel", c10::DispatchKey::CPU, __FILE__, __LINE__);
-  impls->impl("decode_attention_cpu", &entry::decode_attention_cpu<kDecode>);
-  impls->impl("extend_attention_cpu", &entry::extend_attention_cpu<kExtend>);
-  impls->impl("decode_attention_int8_cpu", &entry::decode_attention_int8_cpu<kDecodeInt8>);
-  impls->impl("extend_attention_int8_cpu", &entry::extend_attention_int8_cpu<kExtendInt8>);
-  impls->impl("flash_attn_varlen_func", &entry::flash_attn_varlen_func<kVarlen>);
-  impls->impl("store_cache_cpu", &entry::store_cache_cpu<kStoreCache>);
-  libraries.push_back(std::move(defs));
-  libraries.push_back(std::move(impls));
+  register_entries(r, missing);
   return names;
+}
+
+// Beside another library that owns some sgl_kernel names (a real sgl-kernel
+// build without, e.g., the int8 operators): registers the names of kEntries
+// that no library defines and leaves the others alone. Returns the names
+// rvv_attn serves (this call's and earlier ones') and those it left to the
+// other library, both in kEntries' order. Never raises for a defined name.
+std::tuple<std::vector<std::string>, std::vector<std::string>> register_absent_sglang_names() {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  std::vector<const Entry*> missing;
+  std::vector<std::string> skipped;
+  for (const Entry& e : kEntries) {
+    if (r.ours.count(e.name) != 0) continue;
+    if (defined_elsewhere(e).has_value()) {
+      skipped.emplace_back(e.name);
+    } else {
+      missing.push_back(&e);
+    }
+  }
+  register_entries(r, missing);
+  std::vector<std::string> served;
+  for (const Entry& e : kEntries) {
+    if (r.ours.count(e.name) != 0) served.emplace_back(e.name);
+  }
+  return {served, skipped};
 }
 
 }  // namespace rvv_attn
 
-TORCH_LIBRARY_FRAGMENT(rvv_attn, m) { m.def("register_sglang_names() -> str[]", &rvv_attn::register_sglang_names); }
+TORCH_LIBRARY_FRAGMENT(rvv_attn, m) {
+  m.def("register_sglang_names() -> str[]", &rvv_attn::register_sglang_names);
+  m.def("register_absent_sglang_names() -> (str[] served, str[] skipped)", &rvv_attn::register_absent_sglang_names);
+}

@@ -2,7 +2,9 @@
 // cache slot indices[i]: k_cache[indices[i]] = k[i], v_cache[indices[i]] =
 // v[i]. The elements are only copied, so besides bfloat16, float16 and
 // float32 it takes uint8 (SGLang stores an fp8 cache as bytes). Every index
-// is checked and a repeated one refused before the first byte is written.
+// is checked before the first byte is written; tokens naming one slot are
+// written in order, so the last of them stays (as torch's indexed assignment
+// k_cache[indices] = k leaves it on CPU).
 #include <ATen/core/Tensor.h>
 #include <c10/util/Exception.h>
 #include <torch/library.h>
@@ -10,7 +12,6 @@
 #include <algorithm>
 #include <optional>
 #include <utility>
-#include <vector>
 
 #include "kernels/kernel_api.h"
 #include "ops/attention.h"
@@ -73,15 +74,6 @@ void ops::store_cache(const char* op, const at::Tensor& k, const at::Tensor& v, 
     TORCH_CHECK(slot[i] >= 0 && slot[i] < k_slots && slot[i] < v_slots, op, ": indices[", i, "] = ", slot[i],
                 " is outside the caches' token slots [0, ", std::min(k_slots, v_slots), ")");
   }
-  // Two tokens for one slot would race (which one lands is undefined): refused.
-  std::vector<std::pair<int64_t, int64_t>> order;
-  order.reserve(static_cast<size_t>(tokens));
-  for (int64_t i = 0; i < tokens; ++i) order.emplace_back(slot[i], i);
-  std::sort(order.begin(), order.end());
-  for (size_t i = 1; i < order.size(); ++i) {
-    TORCH_CHECK(order[i].first != order[i - 1].first, op, ": indices[", order[i - 1].second, "] and indices[",
-                order[i].second, "] are both ", order[i].first, "; each token needs its own slot");
-  }
   overlap::check_writes(op, {{"k_cache", &k_cache}, {"v_cache", &v_cache}},
                         {{"k", &k}, {"v", &v}, {"indices", &indices}});
   if (tokens == 0 || heads == 0) return;
@@ -107,6 +99,8 @@ void ops::store_cache(const char* op, const at::Tensor& k, const at::Tensor& v, 
   p.v_buffer_stride_t = v_cache.stride(0);
   p.v_buffer_stride_h = v_cache.stride(1);
   p.loc = slot;
+  p.rows = nullptr;
+  ops::keep_last_write_per_slot(w);
   ops::run_kv_write(w);
 }
 

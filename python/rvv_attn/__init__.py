@@ -44,6 +44,9 @@ def _load() -> tuple[str, Path]:
 
 _built_against_torch, library_path = _load()
 ops = torch.ops.rvv_attn
+# Shapes of the tensor-returning operators for torch.compile (no kernel runs).
+from . import _fake_ops  # noqa: E402, F401
+
 # Select now, so a bad RVV_ATTN_VARIANT fails at import with the dispatcher's
 # message (it names the requested and the CPU's VLEN), not at the first call.
 ops.active_variant()

@@ -9,6 +9,15 @@ defaults, so the older 13-argument calls work too). The calls go straight
 to rvv-attn's C++ operators. If another library (a real sgl-kernel build)
 already defines one of these names, the import raises RuntimeError naming it
 and registers nothing.
+
+Beside a real sgl-kernel build (an SGLang plugin that fills in what it
+lacks), call ``torch.ops.rvv_attn.register_absent_sglang_names()`` instead
+of importing this module: it registers only the names no library defines
+and returns ``(served, skipped)``, the names rvv-attn serves and those it
+left to the other library.
+
+No name gets a fake implementation: SGLang's CPU graph runner registers its
+own (``torch.library.register_fake``), which fails if one exists.
 """
 
 from __future__ import annotations

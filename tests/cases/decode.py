@@ -137,23 +137,34 @@ def make_case(
     logit_cap=0.0,
     seed=0,
     spare_slots=7,
+    padding=0,
+    loc_slots=0,
 ) -> Case:
     """A batch whose sequences own scattered cache slots, in scattered pool rows.
 
     Map entries past each sequence's length hold out-of-range garbage: the
     operator must neither read nor check them. The new token of sequence b
     is its last one (slot req_to_token[row, len-1] = loc[b]), as in SGLang.
+
+    ``padding`` rows follow the sequences as SGLang's CPU graph runner pads a
+    short decode batch: loc 0, req_pool_indices 0, seq_lens 1. Slot 0 and pool
+    row 0 are SGLang's reserved padding slot and row (the row is zeros), so
+    the real sequences use neither. ``loc_slots`` > 0 draws loc at random,
+    repeats allowed, from slots [0, loc_slots), as SGLang's own decode tests
+    do, instead of each sequence's last slot.
     """
     g = torch.Generator().manual_seed(seed)
-    batch = len(lens)
-    num_slots = sum(lens) + spare_slots
-    max_reqs, max_context = batch + 3, max(lens, default=1) + 5
+    reserved = 1 if padding else 0
+    real = len(lens)
+    batch = real + padding
+    num_slots = sum(lens) + spare_slots + reserved
+    max_reqs, max_context = real + 3 + reserved, max(lens, default=1) + 5
 
     def randn(*shape):
         return unit_normal(*shape, generator=g, dtype=dtype)
 
-    slot_perm = torch.randperm(num_slots, generator=g)
-    rows = torch.randperm(max_reqs, generator=g)[:batch]
+    slot_perm = reserved + torch.randperm(num_slots - reserved, generator=g)
+    rows = reserved + torch.randperm(max_reqs - reserved, generator=g)[:real]
     req_to_token = torch.full((max_reqs, max_context), num_slots + 1000, dtype=map_dtype)
     loc = torch.empty(batch, dtype=torch.int64)
     used = 0
@@ -161,6 +172,13 @@ def make_case(
         req_to_token[rows[b], :length] = slot_perm[used : used + length].to(map_dtype)
         loc[b] = slot_perm[used + length - 1]
         used += length
+    if padding:
+        req_to_token[0] = 0
+        loc[real:] = 0
+        rows = torch.cat([rows, torch.zeros(padding, dtype=rows.dtype)])
+        lens = list(lens) + [1] * padding
+    if loc_slots:
+        loc = torch.randint(0, loc_slots, (batch,), generator=g)
 
     query, key, value = (
         randn(batch, heads, head_dim),

@@ -145,8 +145,22 @@ def int8_decode(
     logit_cap=0.0,
     seed=0,
     unit_data=False,
+    padding=0,
+    loc_slots=0,
 ) -> Int8Decode:
-    c = make_case(lens, heads, heads_kv, head_dim, head_dim_v, dtype, splits, logit_cap=logit_cap, seed=seed)
+    c = make_case(
+        lens,
+        heads,
+        heads_kv,
+        head_dim,
+        head_dim_v,
+        dtype,
+        splits,
+        logit_cap=logit_cap,
+        seed=seed,
+        padding=padding,
+        loc_slots=loc_slots,
+    )
     g = torch.Generator().manual_seed(seed + 100)
     slots = c.k_buffer.shape[0]
 
@@ -156,17 +170,19 @@ def int8_decode(
     c.v_buffer, v_sb = _quantized_cache(
         _rows((slots, heads_kv, head_dim_v), v_scale, g, magnitudes, zero_rows, unit_data), v_scale
     )
-    batch = len(lens)
+    batch = c.query.shape[0]
     key = _rows((batch, heads_kv, head_dim), k_scale, g, magnitudes, zero_rows, unit_data).to(dtype)
     value = _rows((batch, heads_kv, head_dim_v), v_scale, g, magnitudes, zero_rows, unit_data).to(dtype)
     if new_int8:
         # Already quantized by the caller, who also stores dynamic scales.
         key, k_new = quantize_int8(key, None if is_dynamic(k_scale) else k_scale)
         value, v_new = quantize_int8(value, None if is_dynamic(v_scale) else v_scale)
-        if is_dynamic(k_scale):
-            k_sb[c.loc] = k_new
-        if is_dynamic(v_scale):
-            v_sb[c.loc] = v_new
+        # In batch order: a slot named twice keeps its last row's scale, as it keeps its codes.
+        for b, slot in enumerate(c.loc.tolist()):
+            if is_dynamic(k_scale):
+                k_sb[slot] = k_new[b]
+            if is_dynamic(v_scale):
+                v_sb[slot] = v_new[b]
     else:
         # Stale garbage where the new rows' scales go: they must be overwritten.
         k_sb[c.loc] = -5.0 if is_dynamic(k_scale) else NAN
@@ -281,10 +297,12 @@ def int8_extend(
     if new_int8:
         k_new, k_s = quantize_int8(k_new, None if is_dynamic(k_scale) else k_scale)
         v_new, v_s = quantize_int8(v_new, None if is_dynamic(v_scale) else v_scale)
-        if is_dynamic(k_scale):
-            k_sb[new_slots] = k_s[rows]
-        if is_dynamic(v_scale):
-            v_sb[new_slots] = v_s[rows]
+        # In row order: a slot named twice keeps its last row's scale, as it keeps its codes.
+        for row, slot in zip(rows, new_slots):
+            if is_dynamic(k_scale):
+                k_sb[slot] = k_s[row]
+            if is_dynamic(v_scale):
+                v_sb[slot] = v_s[row]
     elif new_slots:
         k_sb[new_slots] = -5.0 if is_dynamic(k_scale) else NAN
         v_sb[new_slots] = -5.0 if is_dynamic(v_scale) else NAN
