@@ -388,7 +388,10 @@ struct Decode {
     const int64_t words = aligned ? d_k / kCols : 0;
 
     for (int64_t t0 = begin; t0 < end; t0 += static_cast<int64_t>(kBlockN)) {
-      const size_t n = vec::setvl(static_cast<size_t>(end - t0));  // end - t0 >= kBlockN gives kBlockN
+      // The loop steps by kBlockN, so the block must be exactly min(end - t0, kBlockN) tokens. Asking for
+      // more than VLMAX is not enough: for VLMAX < AVL < 2 * VLMAX, RVV 1.0 lets a CPU return any vl from
+      // ceil(AVL / 2) up, and the tokens past it would be skipped.
+      const size_t n = vec::setvl(static_cast<size_t>(std::min(end - t0, static_cast<int64_t>(kBlockN))));
       const void* slots = map_row + t0 * (map64 ? 8 : 4);
 
       // Pre-gather the block's per-token scales (dynamic mode).
