@@ -290,6 +290,15 @@ else:
         session.run(*cmd, env=env, external=True)
 
 
+@_session(name="test-sglang-quick", python=False, tags=["test"], default=False, timed=True)
+def test_sglang_quick(session: nox.Session) -> None:
+    """The share of `nox -t test` for SGLang's real package: the tests marked sglang in the riscv64 target at
+    VLEN 256 (test-sglang adds the host)."""
+    posargs = session.posargs or sglang.session.QUICK_POSARGS
+    cmd, env = testing.torch_line_runs.nested_run(sglang.environment.load().torch, ["test-sglang"], posargs)
+    session.run(*cmd, env=env, external=True)
+
+
 # Sessions of their own for the lines other than the default, only while the default line is active.
 for _line in [] if line_folder() else toolchain.other_lines():
     _register_torch_line_sessions(_line)
