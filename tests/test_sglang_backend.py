@@ -15,11 +15,13 @@ import importlib
 import types
 
 import pytest
-import reference
 import torch
+
+import reference
 from tolerances import assert_close_to_reference
 
 pytestmark = pytest.mark.sglang
+
 
 # How far SGLang's torch_native output may be from rvv's. Both are checked
 # against the float64 reference too (tolerances.py), so this bound only has to
@@ -201,13 +203,30 @@ def _reference(setup: Setup, layer, fb, q, k, v, sinks=None) -> torch.Tensor:
     req_to_token = setup.req_to_token_pool.req_to_token
     if fb.forward_mode.is_decode():
         return reference.decode_attention_options(
-            q.view(-1, heads, dk), key_buffer, value_buffer, req_to_token, fb.req_pool_indices, fb.seq_lens,
-            layer.scaling, 0.0, **common,
+            q.view(-1, heads, dk),
+            key_buffer,
+            value_buffer,
+            req_to_token,
+            fb.req_pool_indices,
+            fb.seq_lens,
+            layer.scaling,
+            0.0,
+            **common,
         )
     return reference.extend_attention_options(
-        q.view(-1, heads, dk), k.view(-1, layer.tp_k_head_num, dk), v.view(-1, layer.tp_v_head_num, dv),
-        key_buffer, value_buffer, req_to_token, fb.req_pool_indices, fb.seq_lens, fb.extend_seq_lens,
-        fb.extend_start_loc, layer.scaling, 0.0, **common,
+        q.view(-1, heads, dk),
+        k.view(-1, layer.tp_k_head_num, dk),
+        v.view(-1, layer.tp_v_head_num, dv),
+        key_buffer,
+        value_buffer,
+        req_to_token,
+        fb.req_pool_indices,
+        fb.seq_lens,
+        fb.extend_seq_lens,
+        fb.extend_start_loc,
+        layer.scaling,
+        0.0,
+        **common,
     )
 
 
@@ -238,7 +257,10 @@ def test_extend_matches_torch_native(sgl, kind, dtype, save_kv_cache):
     for name in ("rvv", "native"):
         if not save_kv_cache:  # torch_native reads new tokens from the cache: write them as SGLang would
             setup.pools[name].set_kv_buffer(
-                layer, sgl.pools.KVWriteLoc(fb.out_cache_loc), k.view(-1, kv_heads, head_dim), v.view(-1, kv_heads, head_dim)
+                layer,
+                sgl.pools.KVWriteLoc(fb.out_cache_loc),
+                k.view(-1, kv_heads, head_dim),
+                v.view(-1, kv_heads, head_dim),
             )
         outputs[name] = setup.run(name, layer, fb, q, k, v, save_kv_cache=save_kv_cache)
     _check(setup, layer, fb, q, k, v, outputs)
@@ -289,13 +311,30 @@ def test_sinks_layer_matches_reference(sgl, mode):
     req_to_token = setup.req_to_token_pool.req_to_token
     if mode == "decode":
         ref = reference.decode_attention_options(
-            q.view(-1, 4, 64), key_buffer, value_buffer, req_to_token, fb.req_pool_indices, fb.seq_lens,
-            layer.scaling, 0.0, sinks=sinks,
+            q.view(-1, 4, 64),
+            key_buffer,
+            value_buffer,
+            req_to_token,
+            fb.req_pool_indices,
+            fb.seq_lens,
+            layer.scaling,
+            0.0,
+            sinks=sinks,
         )
     else:
         ref = reference.extend_attention_options(
-            q.view(-1, 4, 64), k.view(-1, 2, 64), v.view(-1, 2, 64), key_buffer, value_buffer, req_to_token,
-            fb.req_pool_indices, fb.seq_lens, fb.extend_seq_lens, fb.extend_start_loc, layer.scaling, 0.0,
+            q.view(-1, 4, 64),
+            k.view(-1, 2, 64),
+            v.view(-1, 2, 64),
+            key_buffer,
+            value_buffer,
+            req_to_token,
+            fb.req_pool_indices,
+            fb.seq_lens,
+            fb.extend_seq_lens,
+            fb.extend_start_loc,
+            layer.scaling,
+            0.0,
             sinks=sinks,
         )
     assert_close_to_reference(out, ref)
@@ -336,8 +375,12 @@ def test_mla_prefix_skipped_prefill_matches_reference(sgl):
     before = setup._buffers("rvv", latent)[0].clone()
     out = setup.run("rvv", layer, fb, q, k, v, save_kv_cache=False).view(10, heads, v_dim)
     ref = reference.flash_attn_varlen(
-        q.view(10, heads, qk_dim), k.view(10, heads, qk_dim), v.view(10, heads, v_dim),
-        torch.tensor([0, 7, 10]), torch.tensor([0, 7, 10]), causal=True,
+        q.view(10, heads, qk_dim),
+        k.view(10, heads, qk_dim),
+        v.view(10, heads, v_dim),
+        torch.tensor([0, 7, 10]),
+        torch.tensor([0, 7, 10]),
+        causal=True,
     )
     assert_close_to_reference(out, ref)
     assert torch.equal(setup._buffers("rvv", latent)[0], before), "the latent cache was written"

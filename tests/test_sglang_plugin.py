@@ -49,7 +49,13 @@ def test_backend_factory_builds_the_rvv_backend(plugin):
     runner.use_mla_backend = False
     runner.req_to_token_pool = ReqToTokenPool(size=2, max_context_len=8, device="cpu", enable_memory_saver=False)
     runner.token_to_kv_pool = MHATokenToKVPool(
-        size=16, page_size=1, dtype=torch.bfloat16, head_num=1, head_dim=64, layer_num=1, device="cpu",
+        size=16,
+        page_size=1,
+        dtype=torch.bfloat16,
+        head_num=1,
+        head_dim=64,
+        layer_num=1,
+        device="cpu",
         enable_memory_saver=False,
     )
     assert isinstance(attention_registry.ATTENTION_BACKENDS["rvv"](runner), RvvAttnBackend)
