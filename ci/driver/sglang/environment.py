@@ -25,12 +25,10 @@ from __future__ import annotations
 import fnmatch
 import hashlib
 import json
-import os
 import shutil
 import time
 import zipfile
 from collections.abc import Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -39,6 +37,7 @@ from ..paths import TOOLCHAINS_DIR, cache_lock, cache_root
 from ..proc import Stopwatch, log, run
 from ..toolchain import sysroot as sysroot_mod
 from ..toolchain.guest_commands import guest_command
+from ..toolchain.qemu import sha256_of
 from ..toolchain.torch_lines import TorchLine
 
 TABLE_FILE = TOOLCHAINS_DIR / "sglang.json"
@@ -148,14 +147,6 @@ def same_torch(line_lock: Path, sglang_lock: Path) -> None:
 # ---- wheels: fetched once, checked on every use ----
 
 
-def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def download_command(python: str, pin: WheelPin, dest: Path) -> list[str]:
     """pip download of exactly this wheel, whatever the host is (platform tags from its file name)."""
     py, abi, platform = pin.tags()
@@ -260,7 +251,7 @@ def compile_units(site: Path) -> list[Path]:
     for top in sorted(p for p in site.iterdir() if p.is_dir() and not p.name.endswith(".dist-info")):
         subs = [p for p in top.iterdir() if p.is_dir() and p.name != "__pycache__"]
         units += subs if len(subs) > 1 else [top]
-    return sorted(units, key=lambda u: sum(1 for _ in u.rglob("*.py")), reverse=True)
+    return sysroot_mod.largest_first(units)
 
 
 def byte_compile(site: Path, qemu: Path, root: Path, jobs: int | None = None) -> None:
@@ -268,28 +259,9 @@ def byte_compile(site: Path, qemu: Path, root: Path, jobs: int | None = None) ->
     units = compile_units(site)
     # The modules directly in each top-level package, which no unit covers.
     top_files = [str(p) for p in sorted(site.glob("*/*.py")) if p.parent not in units]
-    env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}
     if top_files:
-        run(guest_command(qemu, root, None, ["python3", "-m", "py_compile", *top_files]), env=env)
-    done = 0
-
-    def compile_unit(unit: Path) -> tuple[Path, float]:
-        start = time.monotonic()
-        run(guest_command(qemu, root, None, ["python3", "-m", "compileall", "-q", "-j", "1", str(unit)]), env=env)
-        return unit, time.monotonic() - start
-
-    with ThreadPoolExecutor(max_workers=jobs or os.cpu_count() or 1) as pool:
-        for future in as_completed([pool.submit(compile_unit, u) for u in units]):
-            unit, seconds = future.result()
-            done += 1
-            log(f"  byte-compiled [{done}/{len(units)}] {unit.relative_to(site)} ({seconds:.0f} s)")
-
-
-def is_complete(site_dir: Path, key: str) -> bool:
-    try:
-        return json.loads((site_dir / MARKER).read_text()).get("key") == key
-    except (OSError, ValueError):
-        return False
+        run(guest_command(qemu, root, None, ["python3", "-m", "py_compile", *top_files]), env=sysroot_mod.GUEST_ENV)
+    sysroot_mod.compile_trees(units, qemu, root, site, jobs)
 
 
 def ensure_site(table: Table, manifest: sysroot_mod.Manifest, root: Path, qemu: Path, python: str) -> Path:
@@ -298,7 +270,7 @@ def ensure_site(table: Table, manifest: sysroot_mod.Manifest, root: Path, qemu: 
     key = site_key(table, manifest.key())
     site_dir = site_path(manifest, key)
     with cache_lock("sglang-site"):
-        if is_complete(site_dir, key):
+        if sysroot_mod.is_complete(site_dir, key, MARKER):
             log(f"SGLang {table.sglang.version} site folder (cached): {site_dir}")
             return site_dir
         wheels = [fetch_wheel(table.sglang, python), *(fetch_wheel(w, python) for w in table.wheels)]

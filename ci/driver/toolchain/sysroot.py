@@ -33,6 +33,8 @@ from .torch_lines import TorchLine
 # Bump when fix_up/byte-compiling change, so existing caches are rebuilt.
 RECIPE_VERSION = 1
 MARKER = ".rvv-attn-sysroot.json"
+# The environment of python3 run under QEMU for byte-compiling.
+GUEST_ENV = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}
 ARCH = "riscv64"
 TRIPLET = "riscv64-linux-gnu"
 # Links a merged-/usr system has and an extract-only root lacks.
@@ -228,29 +230,33 @@ def byte_compile(root: Path, qemu: Path, jobs: int | None = None) -> None:
 
     Without them ``import torch`` under QEMU takes about twice as long.  Host
     paths are used because QEMU's ``-L`` redirect cannot create new files.
-    compileall's own worker pool fails under QEMU, so parallelism comes from
-    one QEMU process per tree, as many at once as there are cores.
     """
-    trees = largest_first(python_trees(root))
-    jobs = jobs or os.cpu_count() or 1
+    compile_trees(largest_first(python_trees(root)), qemu, root, root, jobs)
+
+
+def compile_trees(trees: list[Path], qemu: Path, root: Path, shown_from: Path, jobs: int | None = None) -> None:
+    """``compileall`` each tree with the root's python3 under QEMU, in the order given, logging each one done
+    (its path relative to ``shown_from``). compileall's own worker pool fails under QEMU, so parallelism comes
+    from one QEMU process per tree, as many at once as there are cores (or ``jobs``)."""
     done = 0
 
     def compile_tree(tree: Path) -> tuple[Path, float]:
         start = time.monotonic()
         cmd = guest_command(qemu, root, None, ["python3", "-m", "compileall", "-q", "-j", "1", str(tree)])
-        run(cmd, env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"})
+        run(cmd, env=GUEST_ENV)
         return tree, time.monotonic() - start
 
-    with ThreadPoolExecutor(max_workers=jobs) as pool:
+    with ThreadPoolExecutor(max_workers=jobs or os.cpu_count() or 1) as pool:
         for future in as_completed([pool.submit(compile_tree, t) for t in trees]):
             tree, seconds = future.result()
             done += 1
-            log(f"  byte-compiled [{done}/{len(trees)}] {tree.relative_to(root)} ({seconds:.0f} s)")
+            log(f"  byte-compiled [{done}/{len(trees)}] {tree.relative_to(shown_from)} ({seconds:.0f} s)")
 
 
-def is_complete(root: Path, key: str) -> bool:
+def is_complete(root: Path, key: str, marker: str = MARKER) -> bool:
+    """Whether ``root`` was finished for ``key`` (its marker file, written last, says so)."""
     try:
-        return json.loads((root / MARKER).read_text()).get("key") == key
+        return json.loads((root / marker).read_text()).get("key") == key
     except (OSError, ValueError):
         return False
 
