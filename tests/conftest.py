@@ -24,9 +24,8 @@ the kernel table.
 
 A test marked ``sglang`` needs SGLang's real Python package: only the
 test-sglang session runs it (RVV_ATTN_SGLANG=require), and there a failing
-``import sglang`` stops the run; everywhere else such tests are deselected, and
-a test module that imports SGLang at module level is left out when SGLang is
-not installed.
+``import sglang`` stops the run; everywhere else such tests are deselected
+(they import SGLang inside their fixtures, so collecting them needs none).
 """
 
 from __future__ import annotations
@@ -46,7 +45,6 @@ _DESELECTED = pytest.StashKey[int]()
 _LOOKUPS_AT_SETUP = pytest.StashKey[int]()
 _LOOKUPS_EXCUSED = pytest.StashKey[int]()
 _LOOKUP_REPORT = pytest.StashKey[dict]()
-_SGLANG_LEFT_OUT = pytest.StashKey[list]()
 
 # Property-based tests: bounded by default (CI, emulated runs), many more
 # examples on demand: HYPOTHESIS_PROFILE=dev. Each configuration draws from its
@@ -166,28 +164,6 @@ def pytest_sessionstart(session: pytest.Session) -> None:
             import sglang  # noqa: F401
         except Exception as err:  # noqa: BLE001 - any failure is the same error here
             raise pytest.UsageError(f"RVV_ATTN_SGLANG=require but SGLang does not import: {err!r}") from err
-
-
-@pytest.hookimpl(wrapper=True)
-def pytest_make_collect_report(collector: pytest.Collector):
-    """Outside test-sglang, a test module whose module-level import of SGLang fails is left out (and listed)."""
-    report = yield
-    if (
-        SGLANG == "deselect"
-        and report.failed
-        and isinstance(collector, pytest.Module)
-        and "No module named 'sglang" in str(report.longrepr)
-    ):
-        collector.config.stash.setdefault(_SGLANG_LEFT_OUT, []).append(collector.nodeid)
-        report.outcome, report.longrepr, report.result = "passed", None, []
-    return report
-
-
-def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
-    left_out = config.stash.get(_SGLANG_LEFT_OUT, [])
-    if left_out:
-        names = ", ".join(left_out)
-        terminalreporter.write_line(f"not collected (SGLang is not installed; test-sglang runs them): {names}")
 
 
 def rvv_active() -> bool:

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import torch
@@ -421,7 +421,7 @@ def _sglang_radix_backend(num_heads: int, v_head_dim: int, **options) -> Attenti
     return SGLangRadixBackend(num_heads, v_head_dim, **options)
 
 
-BACKENDS: dict[str, type[AttentionBackend] | object] = {
+BACKENDS: dict[str, Callable[..., AttentionBackend]] = {
     "rvv": RVVAttnBackend,
     "torch_native": TorchNativeBackend,
     # SGLang's ForwardBatch, RadixAttention and pools driving SGLang's rvv backend (needs SGLang).

@@ -36,6 +36,7 @@ int8 operators of ``torch.ops.rvv_attn`` have no SGLang pool to serve).
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import torch
@@ -160,7 +161,7 @@ class RvvAttnBackend(AttentionBackend):
         cache_loc = forward_batch.encoder_out_cache_loc if layer.is_cross_attention else forward_batch.out_cache_loc
         req_to_token = self.req_to_token_pool.req_to_token
         req_pool_indices = forward_batch.req_pool_indices
-        seq_lens = forward_batch.seq_lens.to(torch.int64)
+        seq_lens = forward_batch.seq_lens  # int32 or int64: the kernels take either
         if self._is_window_layer(layer) and not layer.is_cross_attention:
             cache_loc = self.swa_out_cache_loc
             req_to_token, req_pool_indices = self._window_pool_rows(req_pool_indices, seq_lens)
@@ -297,17 +298,15 @@ def _kernel_window(layer: RadixAttention) -> int:
     return window + 1 if window is not None and window >= 0 else 0
 
 
+@dataclass(frozen=True)
 class ExtendMetadata:
     """What every layer of one extend batch shares."""
 
-    __slots__ = ("seq_lens", "extend_seq_lens", "extend_start_loc", "prefix_lens", "max_extend_len")
-
-    def __init__(self, seq_lens, extend_seq_lens, extend_start_loc, prefix_lens, max_extend_len):
-        self.seq_lens = seq_lens
-        self.extend_seq_lens = extend_seq_lens
-        self.extend_start_loc = extend_start_loc
-        self.prefix_lens = prefix_lens
-        self.max_extend_len = max_extend_len
+    seq_lens: torch.Tensor
+    extend_seq_lens: torch.Tensor
+    extend_start_loc: torch.Tensor
+    prefix_lens: torch.Tensor
+    max_extend_len: int
 
     @classmethod
     def of(cls, forward_batch: ForwardBatch) -> ExtendMetadata:
@@ -315,7 +314,7 @@ class ExtendMetadata:
         lengths = getattr(forward_batch, "extend_seq_lens_cpu", None)
         longest = max(lengths) if lengths else int(extend_seq_lens.max())
         return cls(
-            seq_lens=forward_batch.seq_lens.to(torch.int64),
+            seq_lens=forward_batch.seq_lens,
             extend_seq_lens=extend_seq_lens,
             extend_start_loc=forward_batch.extend_start_loc,
             prefix_lens=forward_batch.extend_prefix_lens,

@@ -90,10 +90,9 @@ def _register_backend() -> None:
 
     if BACKEND_NAME not in attention_registry.ATTENTION_BACKENDS:
         attention_registry.register_attention_backend(BACKEND_NAME)(create_backend)
-    try:
-        from sglang.srt.arg_groups.choices import ATTENTION_BACKEND_CHOICES, add_attention_backend_choices
-    except ImportError:  # older SGLang: the choices live in server_args
-        from sglang.srt.server_args import ATTENTION_BACKEND_CHOICES, add_attention_backend_choices
+    # server_args is where SGLang offers the choices to extend (it imports them from arg_groups.choices).
+    from sglang.srt.server_args import ATTENTION_BACKEND_CHOICES, add_attention_backend_choices
+
     if BACKEND_NAME not in ATTENTION_BACKEND_CHOICES:
         add_attention_backend_choices([BACKEND_NAME])
     logger.info("rvv-attn: attention backend %r registered", BACKEND_NAME)
