@@ -270,13 +270,14 @@ def _register_torch_line_sessions(line: toolchain.TorchLine) -> None:
         session.run(*cmd, env=env, external=True)
 
 
+SGLANG_TABLE = sglang.environment.load()
 SGLANG_DOC = (
-    f"SGLang {sglang.environment.load().sglang.version}'s real package: the tests marked sglang, on the host and in "
+    f"SGLang {SGLANG_TABLE.sglang.version}'s real package: the tests marked sglang, on the host and in "
     "the riscv64 target at the table's VLEN (toolchains/sglang.json; torch line chosen by it).\n\n"
     "Options before the pytest arguments: --only=host or --only=target. Default pytest arguments: -m sglang tests."
 )
 
-if LINE.torch == sglang.environment.load().torch:
+if LINE.torch == SGLANG_TABLE.torch:
 
     @_session(name="test-sglang", default=False, timed=True, doc=SGLANG_DOC)
     def test_sglang(session: nox.Session) -> None:
@@ -286,7 +287,7 @@ else:
 
     @_session(name="test-sglang", python=False, default=False, doc=SGLANG_DOC)
     def test_sglang_on_its_line(session: nox.Session) -> None:
-        cmd, env = testing.torch_line_runs.nested_run(sglang.environment.load().torch, ["test-sglang"], session.posargs)
+        cmd, env = testing.torch_line_runs.nested_run(SGLANG_TABLE.torch, ["test-sglang"], session.posargs)
         session.run(*cmd, env=env, external=True)
 
 
@@ -295,7 +296,7 @@ def test_sglang_quick(session: nox.Session) -> None:
     """The share of `nox -t test` for SGLang's real package: the tests marked sglang in the riscv64 target at
     VLEN 256 (test-sglang adds the host)."""
     posargs = session.posargs or sglang.session.QUICK_POSARGS
-    cmd, env = testing.torch_line_runs.nested_run(sglang.environment.load().torch, ["test-sglang"], posargs)
+    cmd, env = testing.torch_line_runs.nested_run(SGLANG_TABLE.torch, ["test-sglang"], posargs)
     session.run(*cmd, env=env, external=True)
 
 

@@ -33,11 +33,8 @@ def line_run(
     line: TorchLine, quick: bool, posargs: Sequence[str], environ: Mapping[str, str] | None = None
 ) -> tuple[list[str], dict[str, str]]:
     """Command and environment of a line's run: test-emulated and summary, with the line selected."""
-    env = dict(os.environ if environ is None else environ)
-    env[LINE_ENV] = line.torch
     share = quick_args() if quick else FULL_SHARE
-    command = [*nested_nox_command(["test-emulated", "summary"]), "--", *share, *posargs]
-    return command, env
+    return nested_run(line.torch, ["test-emulated", "summary"], [*share, *posargs], environ)
 
 
 def nested_run(
