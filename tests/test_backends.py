@@ -16,9 +16,15 @@ import torch
 from reference import decode_attention as reference_decode
 from reference import decode_attention_options, dequantize_int8, extend_attention_options
 from reference import extend_attention as reference_extend
-from rvv_attn.backends import AttentionLayer, BackendUnavailableError, RVVAttnBackend, make_backend, operator_window
-from rvv_attn.batch import prepare_decode, prepare_extend
-from rvv_attn.pools import Int8KVPool, Int8Scales, ReqToTokenPool, make_kv_pool
+from rvv_attn.serving.backends import (
+    AttentionLayer,
+    BackendUnavailableError,
+    RVVAttnBackend,
+    make_backend,
+    operator_window,
+)
+from rvv_attn.serving.batch import prepare_decode, prepare_extend
+from rvv_attn.serving.pools import Int8KVPool, Int8Scales, ReqToTokenPool, make_kv_pool
 from tolerances import assert_close_to_reference
 
 H, HKV, D = 4, 2, 16

@@ -50,10 +50,10 @@ import math
 import pytest
 import torch
 
-from rvv_attn.backends import make_backend
-from rvv_attn.generation import Engine, Request
-from rvv_attn.model import LlamaModel, ModelConfig
-from rvv_attn.pools import Int8Scales, PoolExhaustedError, ReqToTokenPool, make_kv_pool
+from rvv_attn.serving.backends import make_backend
+from rvv_attn.serving.generation import Engine, Request
+from rvv_attn.serving.model import LlamaModel, ModelConfig
+from rvv_attn.serving.pools import Int8Scales, PoolExhaustedError, ReqToTokenPool, make_kv_pool
 from tolerances import F32_ACCUMULATION_ATOL
 
 CFG = ModelConfig(

@@ -7,8 +7,8 @@ import math
 import pytest
 import torch
 
-from rvv_attn.batch import ForwardMode, prepare_decode, prepare_extend
-from rvv_attn.pools import Int8KVPool, Int8Scales, KVPool, PoolExhaustedError, ReqToTokenPool, make_kv_pool
+from rvv_attn.serving.batch import ForwardMode, prepare_decode, prepare_extend
+from rvv_attn.serving.pools import Int8KVPool, Int8Scales, KVPool, PoolExhaustedError, ReqToTokenPool, make_kv_pool
 
 pytestmark = pytest.mark.variant_independent
 

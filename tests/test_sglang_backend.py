@@ -55,7 +55,7 @@ def sgl() -> types.SimpleNamespace:
         "runtime": "sglang.srt.runtime_context",
     }
     ns = types.SimpleNamespace(**{key: importlib.import_module(module) for key, module in names.items()})
-    from rvv_attn.sglang_backend import RvvAttnBackend
+    from rvv_attn.sglang_plugin.backend import RvvAttnBackend
 
     ns.RvvAttnBackend = RvvAttnBackend
     return ns

@@ -42,7 +42,7 @@ def test_backend_factory_builds_the_rvv_backend(plugin):
     from sglang.srt.layers.attention import attention_registry
     from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool, ReqToTokenPool
 
-    from rvv_attn.sglang_backend import RvvAttnBackend
+    from rvv_attn.sglang_plugin.backend import RvvAttnBackend
 
     runner = type("Runner", (), {})()
     runner.device = "cpu"
@@ -81,13 +81,13 @@ def _resolved_backend(**arguments) -> str:
 
 def test_rvv_is_the_cpu_default_on_riscv64(plugin, monkeypatch):
     if platform.machine() != "riscv64":  # on the host, say the machine is what the hook asks about
-        monkeypatch.setattr(plugin, "is_riscv64", lambda: True)
+        monkeypatch.setattr(plugin.riscv64, "is_riscv64", lambda: True)
     assert _resolved_backend() == "rvv"
     assert _resolved_backend(attention_backend="torch_native") == "torch_native", "an explicit choice must win"
 
 
 def test_other_machines_keep_sglangs_default(plugin, monkeypatch):
-    monkeypatch.setattr(plugin, "is_riscv64", lambda: False)
+    monkeypatch.setattr(plugin.riscv64, "is_riscv64", lambda: False)
     assert _resolved_backend() == "intel_amx"  # SGLang's own choice, which it later maps to torch_native
 
 

@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-import importlib
-import json
+import ast
+import dataclasses
+import importlib.metadata
 import shutil
-import sys
 import zipfile
 from pathlib import Path
 
 import pytest
 
 from driver.errors import ConfigError, IntegrityError
-from driver.paths import TOOLCHAINS_DIR
+from driver.paths import PROJECT_ROOT
 from driver.sglang import environment, session
 from driver.toolchain import torch_lines
 
@@ -35,14 +35,19 @@ def test_table_pins_sglang_to_a_torch_line_and_a_vlen(table):
         assert pin.filename.endswith("-py3-none-any.whl"), f"{pin.filename}: only pure-Python wheels go in the target"
 
 
-def test_stand_ins_match_their_tree_and_router(table):
+def _stand_ins_named_in(source: Path) -> set[str]:
+    """The STAND_INS tuple of a module, read without importing it (the stand-ins' package imports torch)."""
+    for node in ast.parse(source.read_text()).body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "STAND_INS" for t in node.targets):
+            return set(ast.literal_eval(node.value))
+    raise AssertionError(f"{source} has no STAND_INS")
+
+
+def test_stand_ins_match_their_tree_router_and_start_up_hook(table):
     environment.check_stand_ins(table)
-    sys.path.insert(0, str(TOOLCHAINS_DIR))
-    try:
-        standins = importlib.import_module(environment.STANDINS_PACKAGE)
-    finally:
-        sys.path.remove(str(TOOLCHAINS_DIR))
-    assert set(standins.STAND_INS) == {s.module for s in table.stand_ins}
+    listed = {s.module for s in table.stand_ins}
+    assert _stand_ins_named_in(environment.STANDINS_DIR / "__init__.py") == listed
+    assert _stand_ins_named_in(PROJECT_ROOT / "python" / "_rvv_attn_sglang_startup.py") == listed
 
 
 def test_stand_in_disagreement_is_an_error(table, tmp_path):
@@ -120,14 +125,12 @@ def test_unpack_keeps_python_files_and_metadata_without_the_native_ones(tmp_path
     assert dist.version == "1" and [ep.name for ep in dist.entry_points] == ["pkg"]
 
 
-def test_site_key_follows_the_pins_the_sysroot_and_the_stand_ins(table, tmp_path):
-    tree = tmp_path / "standins"
-    shutil.copytree(environment.STANDINS_DIR, tree)
-    key = environment.site_key(table, "sysroot-a", tree)
-    assert key == environment.site_key(table, "sysroot-a", tree)
-    assert key != environment.site_key(table, "sysroot-b", tree)
-    (tree / "triton" / "__init__.py").write_text("# changed\n")
-    assert key != environment.site_key(table, "sysroot-a", tree)
+def test_site_key_follows_the_pins_and_the_sysroot(table):
+    key = environment.site_key(table, "sysroot-a")
+    assert key == environment.site_key(table, "sysroot-a")
+    assert key != environment.site_key(table, "sysroot-b")
+    repinned = dataclasses.replace(table, sglang=dataclasses.replace(table.sglang, sha256="0" * 64))
+    assert key != environment.site_key(repinned, "sysroot-a")
 
 
 def test_compile_units_split_the_big_package(tmp_path):
@@ -138,9 +141,8 @@ def test_compile_units_split_the_big_package(tmp_path):
     assert units == {"big/a", "big/b", "small"}
 
 
-def test_pth_puts_the_site_on_the_path_and_installs_the_router(tmp_path):
-    lines = environment.pth_text(tmp_path).splitlines()
-    assert lines[0] == str(tmp_path) and lines[1].startswith("import sglang_standins;")
+def test_pth_puts_the_site_on_the_path(tmp_path):
+    assert environment.pth_text(tmp_path).splitlines() == [str(tmp_path)]
 
 
 def test_session_options():
@@ -148,43 +150,3 @@ def test_session_options():
     assert session.parse_posargs(["--only=target", "-x", "tests/a.py"]) == (("target",), ["-x", "tests/a.py"])
     with pytest.raises(ConfigError, match="choose from"):
         session.parse_posargs(["--only=board"])
-
-
-@pytest.fixture
-def standins(monkeypatch):
-    monkeypatch.syspath_prepend(str(TOOLCHAINS_DIR))
-    for name in [m for m in sys.modules if m.startswith(environment.STANDINS_PACKAGE)]:
-        monkeypatch.delitem(sys.modules, name)
-    return importlib.import_module(environment.STANDINS_PACKAGE)
-
-
-def test_router_serves_the_stand_in_to_sglang_only(standins):
-    triton = standins._import("triton", {"__name__": "sglang.srt.utils.common"})
-    assert triton.__name__ == "sglang_standins.triton" and triton.STAND_IN
-    tl = standins._import("triton.language", {"__name__": "sglang.x"})
-    assert tl is triton  # `import triton.language as tl` then walks the attributes
-    extra = standins._import("triton.language.extra", {"__name__": "sglang.x"}, None, ("libdevice",))
-    assert extra.libdevice.__name__.endswith("libdevice")
-    assert "triton" not in sys.modules or not getattr(sys.modules["triton"], "STAND_IN", False)
-    # Any other importer gets the real import system: json stays json, and no stand-in for torch.
-    assert standins._import("json", {"__name__": "sglang.x"}) is json
-    real = standins._import("json", {"__name__": "torch._dynamo.utils"})
-    assert real is json
-
-
-def test_stand_in_kernels_refuse_to_run(standins):
-    triton = standins._import("triton", {"__name__": "sglang.x"})
-
-    @triton.jit
-    def kernel(x):
-        return x
-
-    @triton.jit(do_not_specialize=["x"])
-    def other(x):
-        return x
-
-    for launch in (kernel, kernel[(1,)], other):
-        with pytest.raises(triton.StandInError, match="stand-in"):
-            launch(1)
-    assert [triton.cdiv(n, 4) for n in (0, 1, 4, 5)] == [0, 1, 1, 2]
-    assert [triton.next_power_of_2(n) for n in (1, 2, 3, 17, 64)] == [1, 2, 4, 32, 64]

@@ -24,11 +24,25 @@ from dataclasses import dataclass
 import torch
 
 from . import runtime_info
-from .backends import BACKENDS, make_backend
-from .batch import ForwardMode
-from .generation import Engine, Request
-from .model import MODELS, LlamaModel, ModelConfig
-from .pools import Int8Scales, ReqToTokenPool, make_kv_pool
+from .serving.backends import BACKENDS as SERVING_BACKENDS
+from .serving.backends import AttentionBackend
+from .serving.backends import make_backend as make_serving_backend
+from .serving.batch import ForwardMode
+from .serving.generation import Engine, Request
+from .serving.model import MODELS, LlamaModel, ModelConfig
+from .serving.pools import Int8Scales, ReqToTokenPool, make_kv_pool
+
+# The demo's backends: the serving path's own, and SGLang's classes driving its rvv backend (needs SGLang).
+BACKENDS = (*SERVING_BACKENDS, "sglang")
+
+
+def make_backend(name: str, num_heads: int, v_head_dim: int) -> AttentionBackend:
+    if name == "sglang":
+        from .sglang_plugin.demo_backend import SGLangRadixBackend  # imports SGLang: only when asked for
+
+        return SGLangRadixBackend(num_heads, v_head_dim)
+    return make_serving_backend(name, num_heads, v_head_dim)
+
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 KV_CACHES = ("float", "int8-dynamic", "int8-static")

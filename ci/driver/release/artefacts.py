@@ -48,6 +48,8 @@ RAW_WHEEL_DIR = BUILD_ROOT / "release-raw"
 MANYLINUX_TAG = re.compile(r"^manylinux_(\d+)_(\d+)_riscv64$")
 # Files the wheel must hold besides the package's sources and its operator libraries (one per torch line).
 GENERATED_FILES = ("rvv_attn/_version.py",)
+# At the wheel's root, installed by CMake: SGLang's start-up hook and the .pth that runs it (CMakeLists.txt).
+ROOT_FILES = ("_rvv_attn_sglang_startup.py", "_rvv_attn_sglang_startup.pth")
 
 
 def line_name(version: str) -> str:
@@ -245,7 +247,7 @@ def check_release_wheel(
             f"not one for each torch line ({', '.join(wanted)})",
             "build it with ./ci/nox -s wheel, which builds every line of toolchains/torch_lines.json",
         )
-    missing = [f for f in GENERATED_FILES if f not in files]
+    missing = [f for f in (*GENERATED_FILES, *ROOT_FILES) if f not in files]
     if missing:
         raise DriverError(f"{wheel.name} lacks {', '.join(missing)}")
     for member, library in libraries.values():

@@ -7,13 +7,13 @@ Everything comes from one table, toolchains/sglang.json. In the target:
   lock), so the default sysroot stays as it is;
 - SGLang's x86-64 wheel (the only one its release has), checked against its
   SHA-256, gives its Python files; the compiled files (``native``) are left
-  out. They go, with the pinned pure-Python wheels and the stand-ins
-  (toolchains/sglang_standins/), into one site folder, byte-compiled once
-  under QEMU and cached under the key of all of those pins;
+  out. They go, with the pinned pure-Python wheels, into one site folder,
+  byte-compiled once under QEMU and cached under the key of all of those pins;
 - a venv of that sysroot's python3 (system site packages) sees the site folder
-  through a ``.pth`` file, which also routes SGLang's imports of the stand-in
-  names (``sglang_standins.install``); rvv-attn's wheel is pip-installed into
-  it, so its entry points are in its distribution metadata.
+  through a ``.pth`` file; rvv-attn's wheel is pip-installed into it, so its
+  entry points are in its distribution metadata, and its own start-up hook
+  serves SGLang the stand-ins (python/rvv_attn/sglang_plugin/standins/), as
+  it does on a board.
 
 On the host, the same SGLang wheel is pip-installed without dependencies
 into the session's venv, beside the table's ``host`` pins and the line's host
@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import ConfigError, IntegrityError
-from ..paths import TOOLCHAINS_DIR, cache_lock, cache_root
+from ..paths import PROJECT_ROOT, TOOLCHAINS_DIR, cache_lock, cache_root
 from ..proc import Stopwatch, log, run
 from ..toolchain import sysroot as sysroot_mod
 from ..toolchain.guest_commands import guest_command
@@ -41,10 +41,10 @@ from ..toolchain.qemu import sha256_of
 from ..toolchain.torch_lines import TorchLine
 
 TABLE_FILE = TOOLCHAINS_DIR / "sglang.json"
-STANDINS_DIR = TOOLCHAINS_DIR / "sglang_standins"
-STANDINS_PACKAGE = STANDINS_DIR.name
+# The stand-ins ship in rvv-attn's wheel; the table lists them with their reasons.
+STANDINS_DIR = PROJECT_ROOT / "python" / "rvv_attn" / "sglang_plugin" / "standins"
 # Bump when the layout of the prepared site folder changes, so caches are rebuilt.
-RECIPE_VERSION = 1
+RECIPE_VERSION = 2
 MARKER = ".rvv-attn-sglang-site.json"
 PTH_NAME = "rvv_attn_sglang.pth"
 INSTALLER = "rvv-attn-driver"
@@ -219,21 +219,13 @@ def unpack_python_files(wheel: Path, site: Path, native: Sequence[str] = ()) -> 
     return kept
 
 
-def tree_digest(tree: Path) -> str:
-    digest = hashlib.sha256()
-    for path in sorted(p for p in tree.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
-        digest.update(path.relative_to(tree).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
-    return digest.hexdigest()
-
-
-def site_key(table: Table, sysroot_key: str, standins: Path = STANDINS_DIR) -> str:
-    """Everything that goes into the site folder: the pins, the sysroot it is compiled for, the stand-ins' code."""
+def site_key(table: Table, sysroot_key: str) -> str:
+    """Everything that goes into the site folder: the pins and the sysroot it is compiled for."""
     canonical = json.dumps(
         {
             "sglang": [table.sglang.filename, table.sglang.sha256, list(table.native)],
             "wheels": [[w.filename, w.sha256] for w in table.wheels],
             "sysroot": sysroot_key,
-            "standins": tree_digest(standins),
             "recipe": RECIPE_VERSION,
         },
         sort_keys=True,
@@ -281,7 +273,6 @@ def ensure_site(table: Table, manifest: sysroot_mod.Manifest, root: Path, qemu: 
             unpack_python_files(wheels[0], partial, table.native)
             for wheel in wheels[1:]:
                 unpack_python_files(wheel, partial)
-            shutil.copytree(STANDINS_DIR, partial / STANDINS_PACKAGE, ignore=shutil.ignore_patterns("__pycache__"))
         with Stopwatch("byte-compiling them under QEMU (a few minutes)"):
             byte_compile(partial, qemu, root)
         (partial / MARKER).write_text(
@@ -293,8 +284,8 @@ def ensure_site(table: Table, manifest: sysroot_mod.Manifest, root: Path, qemu: 
 
 
 def pth_text(site_dir: Path) -> str:
-    """The venv's .pth: the site folder on sys.path, then the stand-ins' import routing (a .pth ``import`` line)."""
-    return f"{site_dir}\nimport {STANDINS_PACKAGE}; {STANDINS_PACKAGE}.install()\n"
+    """The venv's .pth: the site folder on sys.path (the stand-ins come with rvv-attn's wheel)."""
+    return f"{site_dir}\n"
 
 
 def venv_site_packages(venv: Path) -> Path:

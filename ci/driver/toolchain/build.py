@@ -251,7 +251,7 @@ def recorded_variants(stage: Path) -> str | None:
 
 
 # Inputs of the wheel that ninja does not track (scikit-build-core copies them at packing time).
-PACKAGED_OUTSIDE_CMAKE = (PROJECT_ROOT / "python" / "rvv_attn", PROJECT_ROOT / "pyproject.toml")
+PACKAGED_OUTSIDE_CMAKE = (PROJECT_ROOT / "python", PROJECT_ROOT / "pyproject.toml")
 
 
 def is_current(tree: CrossTree, ninja: str) -> bool:

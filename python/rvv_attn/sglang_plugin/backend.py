@@ -44,7 +44,7 @@ from sglang.srt.layers.attention.base_attn_backend import AttentionBackend
 from sglang.srt.layers.radix_attention import AttentionType
 from sglang.srt.mem_cache.memory_pool import KVWriteLoc
 
-from . import ops, runtime_info
+from .. import ops, runtime_info
 
 try:
     from sglang.srt.mem_cache.swa_memory_pool import SWAKVPool

@@ -19,8 +19,9 @@ class JITFunction:
 
     def _refuse(self, *_args: Any, **_kwargs: Any) -> Any:
         raise StandInError(
-            f"{self.fn.__module__}.{self.fn.__qualname__} is a Triton kernel; this riscv64 environment has only "
-            "an import stand-in for Triton (toolchains/sglang.json), which cannot run it"
+            f"{self.fn.__module__}.{self.fn.__qualname__} is a Triton kernel; Triton has no riscv64 build and this "
+            "environment has only rvv-attn's import stand-in for it (rvv_attn.sglang_plugin.standins), which "
+            "cannot run kernels: choose an SGLang option that does not use Triton"
         )
 
     __call__ = _refuse

@@ -415,22 +415,14 @@ class TorchNativeBackend(AttentionBackend):
         return out.to(q.dtype).view(q.shape[0], -1)
 
 
-def _sglang_radix_backend(num_heads: int, v_head_dim: int, **options) -> AttentionBackend:
-    from .demo_sglang import SGLangRadixBackend  # imports SGLang: only when asked for
-
-    return SGLangRadixBackend(num_heads, v_head_dim, **options)
-
-
 BACKENDS: dict[str, Callable[..., AttentionBackend]] = {
     "rvv": RVVAttnBackend,
     "torch_native": TorchNativeBackend,
-    # SGLang's ForwardBatch, RadixAttention and pools driving SGLang's rvv backend (needs SGLang).
-    "sglang": _sglang_radix_backend,
 }
 
 
 def make_backend(name: str, num_heads: int, v_head_dim: int, **options) -> AttentionBackend:
-    """The backend called ``name`` ("rvv", "torch_native", or "sglang" where SGLang is installed)."""
+    """The backend called ``name`` ("rvv" or "torch_native")."""
     if name not in BACKENDS:
         raise ValueError(f"unknown attention backend {name!r}; choose one of {', '.join(BACKENDS)}")
     return BACKENDS[name](num_heads, v_head_dim, **options)

@@ -5,7 +5,7 @@ Each batch the demo's engine prepares is restated as SGLang's
 KV cache is SGLang's ``MHATokenToKVPool`` (the demo's pool only hands out
 slot numbers) and ``req_to_token`` is SGLang's ``ReqToTokenPool`` sharing
 the demo's table. SGLang's ``RadixAttention.forward`` then calls the
-``rvv`` backend (:mod:`rvv_attn.sglang_backend`), as it does in a server.
+``rvv`` backend (:mod:`rvv_attn.sglang_plugin.backend`), as it does in a server.
 If its tokens match the demo's own backends, the path from SGLang's model
 side to the kernels is the one the demo already proves.
 
@@ -19,9 +19,9 @@ import importlib
 
 import torch
 
-from .backends import AttentionBackend, AttentionLayer, BackendUnavailableError
-from .batch import ForwardBatch, ForwardMode
-from .pools import Int8KVPool, KVPool, ReqToTokenPool
+from ..serving.backends import AttentionBackend, AttentionLayer, BackendUnavailableError
+from ..serving.batch import ForwardBatch, ForwardMode
+from ..serving.pools import Int8KVPool, KVPool, ReqToTokenPool
 
 
 def _import_sglang():
@@ -48,7 +48,7 @@ class SGLangRadixBackend(AttentionBackend):
     def __init__(self, num_heads: int, v_head_dim: int) -> None:
         super().__init__(num_heads, v_head_dim)
         self.sgl = _import_sglang()
-        from .sglang_backend import RvvAttnBackend
+        from .backend import RvvAttnBackend
 
         self._backend_class = RvvAttnBackend
         self._pools: tuple[ReqToTokenPool, KVPool] | None = None

@@ -28,16 +28,11 @@ from __future__ import annotations
 
 import importlib.util
 import logging
-import platform
 
 logger = logging.getLogger("rvv_attn.sglang")
 
 #: The name ``--attention-backend`` takes to select rvv-attn's backend.
 BACKEND_NAME = "rvv"
-
-#: Where SGLang resolves a CPU server's default attention backend; the hook
-#: wraps it (SGLang's pipeline imports it by name when it runs).
-CPU_BACKEND_DEFAULTS = "sglang.srt.arg_groups.platform_hook.handle_cpu_backends"
 
 _loaded = False
 #: After :func:`load`: the ``sgl_kernel`` names rvv-attn serves, and those another library defined first.
@@ -51,7 +46,7 @@ def load() -> None:
     if _loaded:
         return
     _loaded = True
-    for step in (_register_operator_names, _register_backend, _prefer_rvv_on_riscv64):
+    for step in (_report_stand_ins, _register_operator_names, _register_backend, _close_riscv64_gaps):
         try:
             step()
         except Exception:  # noqa: BLE001 - a plugin failure must not stop SGLang
@@ -69,7 +64,7 @@ def _register_operator_names() -> None:
         except Exception as error:  # noqa: BLE001 - a broken sgl-kernel must not hide rvv-attn
             logger.warning("rvv-attn: sgl_kernel is installed but failed to import (%s)", error)
 
-    from . import ops
+    from .. import ops
 
     global served, left_alone
     served, left_alone = (tuple(str(name) for name in names) for names in ops.register_absent_sglang_names())
@@ -80,7 +75,7 @@ def _register_operator_names() -> None:
 
 def create_backend(model_runner):
     """SGLang's factory for ``--attention-backend rvv``."""
-    from .sglang_backend import RvvAttnBackend
+    from .backend import RvvAttnBackend
 
     return RvvAttnBackend(model_runner)
 
@@ -98,22 +93,15 @@ def _register_backend() -> None:
     logger.info("rvv-attn: attention backend %r registered", BACKEND_NAME)
 
 
-def is_riscv64() -> bool:
-    return platform.machine().lower() == "riscv64"
+def _close_riscv64_gaps() -> None:
+    from . import riscv64
+
+    riscv64.register_defaults()
+    riscv64.patch_rope()
 
 
-def default_cpu_backend(original, server_args, *args, **kwargs):
-    """Around SGLang's CPU defaults: choose ``rvv`` where SGLang would choose nothing that serves riscv64."""
-    from sglang.srt.arg_groups.overrides import declare_resolution, resolving_view
+def _report_stand_ins() -> None:
+    from . import standins
 
-    view = resolving_view(server_args)
-    if view.device == "cpu" and view.attention_backend is None and is_riscv64():
-        declare_resolution(server_args, "rvv_attn", attention_backend=BACKEND_NAME)
-        logger.info("rvv-attn: --device cpu on riscv64 without --attention-backend: using %r", BACKEND_NAME)
-    return original(server_args, *args, **kwargs)
-
-
-def _prefer_rvv_on_riscv64() -> None:
-    from sglang.srt.plugins.hook_registry import HookRegistry, HookType
-
-    HookRegistry.register(CPU_BACKEND_DEFAULTS, default_cpu_backend, HookType.AROUND)
+    if standins.routed():
+        logger.info("rvv-attn: SGLang's imports of %s are served by rvv-attn's stand-ins", ", ".join(standins.routed()))
