@@ -274,7 +274,8 @@ SGLANG_TABLE = sglang.environment.load()
 SGLANG_DOC = (
     f"SGLang {SGLANG_TABLE.sglang.version}'s real package: the tests marked sglang, on the host and in "
     "the riscv64 target at the table's VLEN (toolchains/sglang.json; torch line chosen by it).\n\n"
-    "Options before the pytest arguments: --only=host or --only=target. Default pytest arguments: -m sglang tests."
+    "Options before the pytest arguments: --only=host or --only=target. Default pytest arguments: "
+    "-m 'sglang and not sglang_server' tests (test-sglang-server runs the server tests)."
 )
 
 if LINE.torch == SGLANG_TABLE.torch:
@@ -296,6 +297,15 @@ def test_sglang_quick(session: nox.Session) -> None:
     """The share of `nox -t test` for SGLang's real package: the tests marked sglang in the riscv64 target at
     VLEN 256 (test-sglang adds the host)."""
     posargs = session.posargs or sglang.session.QUICK_POSARGS
+    cmd, env = testing.torch_line_runs.nested_run(SGLANG_TABLE.torch, ["test-sglang"], posargs)
+    session.run(*cmd, env=env, external=True)
+
+
+@_session(name="test-sglang-server", python=False, default=False, timed=True)
+def test_sglang_server(session: nox.Session) -> None:
+    """SGLang's own server (python -m sglang.launch_server) in the riscv64 target at VLEN 256, serving two small
+    models through the rvv backend; tokens compared with transformers (tests marked sglang_server; slow)."""
+    posargs = session.posargs or sglang.session.SERVER_POSARGS
     cmd, env = testing.torch_line_runs.nested_run(SGLANG_TABLE.torch, ["test-sglang"], posargs)
     session.run(*cmd, env=env, external=True)
 

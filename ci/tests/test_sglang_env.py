@@ -146,7 +146,7 @@ def test_pth_puts_the_site_on_the_path(tmp_path):
 
 
 def test_session_options():
-    assert session.parse_posargs([]) == (("host", "target"), ["-m", "sglang", "tests"])
+    assert session.parse_posargs([]) == (("host", "target"), ["-m", "sglang and not sglang_server", "tests"])
     assert session.parse_posargs(["--only=target", "-x", "tests/a.py"]) == (("target",), ["-x", "tests/a.py"])
     with pytest.raises(ConfigError, match="choose from"):
         session.parse_posargs(["--only=board"])

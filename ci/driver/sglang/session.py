@@ -36,13 +36,16 @@ from . import environment
 
 # What the conftest reads: "require" runs the sglang-marked tests and fails the run if SGLang does not import.
 SGLANG_ENV = "RVV_ATTN_SGLANG"
-DEFAULT_PYTEST_ARGS = ("-m", "sglang", "tests")
+DEFAULT_PYTEST_ARGS = ("-m", "sglang and not sglang_server", "tests")
 PLACES = ("host", "target")
 
 # The share of `nox -t test`: every sglang-marked test, in the target only. Under QEMU most of the time is
 # the interpreter importing torch and SGLang (about 170 of 220 s), so a subset of the tests would save
 # little; the host side needs a CUDA build of torch in a venv of its own (minutes on a fresh clone).
 QUICK_POSARGS = ("--only=target",)
+# test-sglang-server: SGLang's own server started by the tests, in the target only (its riscv64 defaults are
+# what they check). Each architecture's server takes minutes to start under QEMU.
+SERVER_POSARGS = ("--only=target", "-m", "sglang_server", "tests/test_sglang_server.py")
 
 
 @dataclass
