@@ -278,13 +278,27 @@ SGLANG_DOC = (
     "-m 'sglang and not sglang_server' tests (test-sglang-server runs the server tests)."
 )
 
+BOARD_STEPS_DOC = (
+    "Run docs/sglang.md's board steps as written in a fresh Debian riscv64 root under QEMU, ending with a served "
+    "request (slow: apt configures every package under emulation)."
+)
+
 if LINE.torch == SGLANG_TABLE.torch:
 
     @_session(name="test-sglang", default=False, timed=True, doc=SGLANG_DOC)
     def test_sglang(session: nox.Session) -> None:
         sglang.run_session(session, LINE, HOST_REQUIREMENTS, session.posargs)
 
+    @_session(name="sglang-board-steps", default=False, timed=True, doc=BOARD_STEPS_DOC)
+    def sglang_board_steps(session: nox.Session) -> None:
+        sglang.session.board_steps_session(session, LINE)
+
 else:
+
+    @_session(name="sglang-board-steps", python=False, default=False, doc=BOARD_STEPS_DOC)
+    def sglang_board_steps_on_its_line(session: nox.Session) -> None:
+        cmd, env = testing.torch_line_runs.nested_run(SGLANG_TABLE.torch, ["sglang-board-steps"], session.posargs)
+        session.run(*cmd, env=env, external=True)
 
     @_session(name="test-sglang", python=False, default=False, doc=SGLANG_DOC)
     def test_sglang_on_its_line(session: nox.Session) -> None:

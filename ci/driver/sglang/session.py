@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,7 +33,7 @@ from ..testing import testrun
 from ..toolchain import binfmt, build, sysroot
 from ..toolchain.torch_lines import TorchLine
 from ..toolchain.vlens import by_vlen
-from . import environment
+from . import board_steps, environment
 
 # What the conftest reads: "require" runs the sglang-marked tests and fails the run if SGLang does not import.
 SGLANG_ENV = "RVV_ATTN_SGLANG"
@@ -141,3 +142,21 @@ def run_session(session: Session, line: TorchLine, requirements: Sequence[str], 
         print("\n".join([f"test-sglang (SGLang {table.sglang.version}, {line.describe()}):", *timings.lines()]))
     if not ok:
         raise DriverError("the sglang tests failed in the emulated target (above); JUnit XML in build/results/")
+
+
+def board_steps_session(session: Session, line: TorchLine) -> None:
+    """docs/sglang.md's board steps in a fresh riscv64 root, with rvv-attn's wheel built from this tree."""
+    table = environment.load()
+    variant = by_vlen(table.vlen)
+    qemu, line_root = toolchain.ensure(line)
+    environment.sysroot_manifest(table, line)  # the table's torch line is this one
+    with Stopwatch(f"rvv-attn's riscv64 wheel (portable + {variant.name})"):
+        wheel = toolchain.cross_build(session, line_root, build.cross_tree([variant]).wheels, only=[variant])
+    started = time.monotonic()
+    with binfmt.registered(qemu):
+        pristine = board_steps.ensure_fresh_root(line)
+        steps = board_steps.run_steps(pristine, wheel, variant.qemu_cpu())
+    total = time.monotonic() - started
+    lines = [f"  {name:<14} {seconds / 60:6.1f} min" for name, seconds in steps.items()]
+    print("\n".join([f"docs/sglang.md's board steps on {line.describe()}, {variant.name}:", *lines,
+                     f"  {'in all':<14} {total / 60:6.1f} min"]))  # fmt: skip
