@@ -120,6 +120,8 @@ def _good_files(library: bytes) -> dict[str, bytes]:
     return {
         "rvv_attn/__init__.py": b"",
         "rvv_attn/_version.py": b"",
+        "_rvv_attn_sglang_startup.py": b"",
+        "_rvv_attn_sglang_startup.pth": b"import _rvv_attn_sglang_startup\n",
         **dict.fromkeys(LINE_LIBRARIES, library),
     }
 
@@ -149,11 +151,12 @@ def test_release_wheel_check_says_what_is_wrong(tmp_path, shared_libraries, name
         release.check_release_wheel(wheel, "1.0")
 
 
-def test_release_wheel_check_wants_the_generated_files(tmp_path, shared_libraries):
+@pytest.mark.parametrize("member", ["rvv_attn/_version.py", "_rvv_attn_sglang_startup.pth"])
+def test_release_wheel_check_wants_the_generated_and_root_files(tmp_path, shared_libraries, member):
     files = _good_files(shared_libraries[1])
-    del files["rvv_attn/_version.py"]
+    del files[member]
     wheel = _wheel(tmp_path / "rvv_attn-1.0-py3-none-manylinux_2_39_riscv64.whl", files)
-    with pytest.raises(DriverError, match="lacks rvv_attn/_version.py"):
+    with pytest.raises(DriverError, match=f"lacks {member}"):
         release.check_release_wheel(wheel)
 
 
