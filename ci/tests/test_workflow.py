@@ -85,7 +85,11 @@ def test_matrix_jobs_take_their_rows_from_the_matrix_job():
         assert jobs[job]["env"] == {"RVV_ATTN_TORCH_LINE": "${{ matrix.torch }}"}
     line_run = [s["run"] for s in jobs["torch-line"]["steps"] if "run" in s]
     # Then SGLang's released package, which runs on the line its table names (toolchains/sglang.json).
-    assert line_run == ["./ci/nox -s test-torch${{ matrix.torch }}", "./ci/nox -s test-sglang"]
+    assert line_run == [
+        "./ci/nox -s test-torch${{ matrix.torch }}",
+        "./ci/nox -s test-sglang",
+        "./ci/nox -s test-sglang-server",
+    ]
 
 
 def test_every_job_runs_nox_sessions_and_caches_by_the_manifests():
