@@ -40,8 +40,9 @@ class _FirstSGLangImport:
     def find_spec(self, name, path=None, target=None):
         if name != TRIGGER:
             return None
-        _remove_finder()
-        missing = [name for name in STAND_INS if importlib.util.find_spec(name) is None]
+        # A new list, not an edit in place: the import system is iterating over the old one right now.
+        sys.meta_path = [f for f in sys.meta_path if f is not self]
+        missing = [package for package in STAND_INS if importlib.util.find_spec(package) is None]
         if missing:
             _serve_stand_ins(missing)
         return None  # SGLang itself is found by the finders after this one
@@ -59,10 +60,6 @@ def _serve_stand_ins(names: list[str]) -> None:
             f"SGLang's imports of them will fail",
             file=sys.stderr,
         )
-
-
-def _remove_finder() -> None:
-    sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, _FirstSGLangImport)]
 
 
 def install() -> None:

@@ -48,9 +48,14 @@ class TinyModel:
     name: str
     model_type: str  # transformers' config class, by its model_type
     config: dict[str, Any]
-    # The same model without its sliding window (None if it has none): the reference that shows the window matters.
-    without_window: dict[str, Any] | None = None
+    # Config changes that must change the reference's tokens (what a backend that dropped the feature would give):
+    # they show that the prompts exercise the feature, so that equal tokens mean the backend implements it.
+    must_matter: dict[str, dict[str, Any]] = field(default_factory=dict)
     seed: int = 0
+    # Standard deviation of the embeddings (the other weights: _weight_scale).
+    embedding_scale: float = 1.0
+    # Norm weights set to a constant, by a fragment of the parameter's name (the rest keep their initial value).
+    norm_weights: dict[str, float] = field(default_factory=dict)
     notes: str = ""
     extra_server_args: tuple[str, ...] = field(default_factory=tuple)
 
@@ -79,38 +84,53 @@ LLAMA = TinyModel(
     notes="Llama with GQA (4 query heads, 2 KV heads)",
 )
 
-# EXAONE 4's hybrid attention: three sliding-window layers, then a global one ("LLLG"). SGLang reads the
-# pattern string; transformers reads layer_types (given, so it does not derive them from the string).
+# Gemma 2's attention: a sliding window on every other layer, and scores soft-capped (s = cap * tanh(s / cap)). Its
+# embeddings are tied to the output and scaled by sqrt(hidden) on the way in, hence the smaller embedding scale. No
+# final logit soft cap: SGLang's CPU path would run it through a Triton kernel. (SGLang accepts only its GPU
+# backends for EXAONE 4's and gpt-oss's windows, so those cannot be served on a CPU.)
 _WINDOW = 8
-EXAONE4 = TinyModel(
-    name="exaone4-window",
-    model_type="exaone4",
+GEMMA2 = TinyModel(
+    name="gemma2-window",
+    model_type="gemma2",
     config={
         **_COMMON,
-        "architectures": ["Exaone4ForCausalLM"],
+        "architectures": ["Gemma2ForCausalLM"],
         "num_hidden_layers": 4,
         "rope_theta": 10000.0,
+        "tie_word_embeddings": True,
+        "hidden_activation": "gelu_pytorch_tanh",
+        "hidden_act": "gelu_pytorch_tanh",  # the name SGLang's Gemma 2 reads
+        "query_pre_attn_scalar": 16,
         "sliding_window": _WINDOW,
-        "sliding_window_pattern": "LLLG",
-        "layer_types": ["sliding_attention"] * 3 + ["full_attention"],
+        "layer_types": ["sliding_attention", "full_attention"] * 2,
+        "attn_logit_softcapping": 5.0,
+        "final_logit_softcapping": None,
     },
-    without_window={"layer_types": ["full_attention"] * 4},
+    must_matter={
+        "the sliding window": {"layer_types": ["full_attention"] * 4},
+        "the soft cap": {"attn_logit_softcapping": None},
+    },
     seed=2,
-    notes=f"EXAONE 4 style: sliding window of {_WINDOW} tokens on three of four layers, GQA, QK norm",
+    embedding_scale=0.5,
+    # Gemma's norms scale by (1 + weight) and it normalizes each block's output before the residual add: attention
+    # out x8 to stand up to the scaled, tied embeddings, the MLP x0.1 so that attention decides. (Greedy tokens of a
+    # random tied model still repeat often; the window and the cap each change them, which is what counts here.)
+    norm_weights={"post_attention_layernorm": 7.0, "post_feedforward_layernorm": -0.9},
+    notes=f"Gemma 2 style: sliding window of {_WINDOW} tokens on two of four layers, attention soft cap 5, GQA",
 )
 
-MODELS = {m.name: m for m in (LLAMA, EXAONE4)}
+MODELS = {m.name: m for m in (LLAMA, GEMMA2)}
 
 
 # ---- the model directory ----
 
 
-def _weight_scale(name: str) -> float | None:
+def _weight_scale(spec: TinyModel, name: str) -> float | None:
     """Standard deviation for a parameter by its name; None keeps the initial value (norms stay at one)."""
     if "norm" in name:
         return None
     if "embed_tokens" in name:
-        return 1.0
+        return spec.embedding_scale
     if any(p in name for p in ("q_proj", "k_proj")):
         return 0.25  # scores q.k/sqrt(16) of a few units: attention picks keys, it does not average them
     if any(p in name for p in ("v_proj", "o_proj")):
@@ -129,9 +149,12 @@ def build_model(spec: TinyModel, overrides: dict[str, Any] | None = None):
     generator = torch.Generator().manual_seed(spec.seed)
     with torch.no_grad():
         for name, param in sorted(model.named_parameters()):
-            scale = _weight_scale(name)
+            scale = _weight_scale(spec, name)
             if scale is not None:
                 param.copy_(torch.randn(param.shape, generator=generator) * scale)
+            for fragment, value in spec.norm_weights.items():
+                if fragment in name:
+                    param.fill_(value)
     return model.eval()
 
 
@@ -173,14 +196,26 @@ def prompt_ids(lengths: Sequence[int], seed: int) -> list[list[int]]:
 # ---- the reference ----
 
 
+# Two float32 implementations of the same model (different summation orders, SGLang's fused projections, the
+# kernels' online softmax) agree on logits to about 1e-5 here; a greedy choice whose top two logits are closer than
+# 20 times that could go either way, and the comparison would test rounding, not attention.
+MIN_MARGIN = 2e-4
+
+
 @torch.no_grad()
 def reference_tokens(model, prompts: Sequence[Sequence[int]], new_tokens: int) -> list[list[int]]:
-    """Greedy continuation of each prompt, alone, by recomputing the whole sequence each step (no cache)."""
+    """Greedy continuation of each prompt, alone, by recomputing the whole sequence each step (no cache).
+
+    Raises if a choice is a near-tie (MIN_MARGIN): then the prompts or the seed must change, not the tolerance.
+    """
     results = []
     for prompt in prompts:
         ids = list(prompt)
         for _ in range(new_tokens):
             logits = model(torch.tensor([ids])).logits[0, -1]
+            top = torch.topk(logits, 2).values
+            if float(top[0] - top[1]) < MIN_MARGIN:
+                raise AssertionError(f"near-tie in the reference after {ids}: top logits {top.tolist()}")
             ids.append(int(logits.argmax()))
         results.append(ids[len(prompt) :])
     return results
@@ -230,6 +265,9 @@ class Server:
             "8",
             "--chunked-prefill-size",
             "16",
+            # The model's own dtype, as the reference runs it (SGLang's "auto" would serve a float32 model in float16).
+            "--dtype",
+            "float32",
             "--log-level",
             "info",
             *extra_args,

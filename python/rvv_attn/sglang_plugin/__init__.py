@@ -14,20 +14,29 @@ each of its processes (launcher, engine, scheduler, workers), through
    names what was left alone);
 2. registers the ``rvv`` attention backend in SGLang's registry and adds
    ``rvv`` to the ``--attention-backend`` choices;
-3. on a riscv64 CPU, makes ``rvv`` the attention backend SGLang resolves for
-   ``--device cpu`` when none is given (it would otherwise pick
-   ``intel_amx`` and fall back to ``torch_native``). An explicit
-   ``--attention-backend`` always wins.
+3. closes what SGLang lacks on riscv64 (:mod:`.riscv64`): ``rvv`` as the
+   attention backend for ``--device cpu`` when none is given (SGLang would
+   pick ``intel_amx`` and fall back to ``torch_native``), ``--grammar-backend
+   none`` where xgrammar is only a stand-in, and RoPE's torch path. An
+   explicit option always wins;
+4. checks a request's token ids against the vocabulary before they reach the
+   model (:mod:`.input_checks`): SGLang 0.5.23 does not, and an id outside it
+   stops the whole server.
+
+The stand-ins for Triton and xgrammar (:mod:`.standins`) are not installed
+here: SGLang imports Triton before any plugin runs, so the wheel's start-up
+hook (``_rvv_attn_sglang_startup``) installs them.
 
 Each step logs and carries on when it fails: a plugin must never stop
-SGLang from starting. Importing this module does no kernel work and imports
-nothing of SGLang; :func:`load` imports what it registers into.
+SGLang from starting. Importing this module imports nothing of SGLang;
+:func:`load` imports what it registers into.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import logging
+import os
 
 logger = logging.getLogger("rvv_attn.sglang")
 
@@ -46,7 +55,7 @@ def load() -> None:
     if _loaded:
         return
     _loaded = True
-    for step in (_report_stand_ins, _register_operator_names, _register_backend, _close_riscv64_gaps):
+    for step in (_report_stand_ins, _register_operator_names, _register_backend, _close_riscv64_gaps, _check_inputs):
         try:
             step()
         except Exception:  # noqa: BLE001 - a plugin failure must not stop SGLang
@@ -100,8 +109,27 @@ def _close_riscv64_gaps() -> None:
     riscv64.patch_rope()
 
 
+def _check_inputs() -> None:
+    from . import input_checks
+
+    input_checks.register()
+
+
 def _report_stand_ins() -> None:
     from . import standins
 
     if standins.routed():
         logger.info("rvv-attn: SGLang's imports of %s are served by rvv-attn's stand-ins", ", ".join(standins.routed()))
+
+
+def process_summary() -> str:
+    """What the plugin did in this process, for the backend's log line: SGLang runs plugins before it configures
+    logging, so the plugin's own lines are often not printed."""
+    from . import riscv64, standins
+
+    parts = [f"{len(served)} sgl_kernel names served"]
+    if standins.routed():
+        parts.append(f"stand-ins for {', '.join(standins.routed())}")
+    if riscv64.rope_patched:
+        parts.append("RoPE on its torch path")
+    return f"plugin loaded in process {os.getpid()}: " + ", ".join(parts)

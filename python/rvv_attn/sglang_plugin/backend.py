@@ -80,10 +80,13 @@ class RvvAttnBackend(AttentionBackend):
         # it reads, so it needs no zeroing and is reused, growing with B.
         self._decode_scratch: dict[tuple[int, int], torch.Tensor] = {}
         info = runtime_info()
+        from . import process_summary
+
         logger.info(
-            "rvv-attn: the rvv attention backend serves this model (kernel variant %s: %s)",
+            "rvv-attn: the rvv attention backend serves this model (kernel variant %s: %s); %s",
             info["active_variant"],
             info["reason"],
+            process_summary(),
         )
 
     # ---- per-batch metadata ------------------------------------------------

@@ -31,6 +31,9 @@ ROPE_PATCH_TESTED_WITH = "0.5.23"
 #: RoPE takes the torch path or imports a GPU kernel.
 ROPE_MODULE = "sglang.srt.layers.rotary_embedding.base"
 
+#: After :func:`patch_rope` in this process: whether it changed SGLang.
+rope_patched = False
+
 CPU_BACKEND_DEFAULTS = "sglang.srt.arg_groups.platform_hook.handle_cpu_backends"
 GRAMMAR_BACKEND_DEFAULTS = "sglang.srt.arg_groups.serving_hook.handle_grammar_backend"
 
@@ -96,6 +99,8 @@ def patch_rope(sglang_version: str | None = None) -> bool:
         logger.info("rvv-attn: %s._is_cpu is %r: RoPE patch not needed", ROPE_MODULE, getattr(module, "_is_cpu", None))
         return False
     module._is_cpu = True
+    global rope_patched
+    rope_patched = True
     logger.info(
         "rvv-attn: set %s._is_cpu = True (SGLang %s's is_cpu() knows x86-64 and arm64 only): RotaryEmbedding uses "
         "its torch path on riscv64 instead of importing vllm",
