@@ -1,7 +1,8 @@
 """Every module SGLang's server processes import at start imports here, with the stand-ins and nothing else.
 
-The modules are found by importing SGLang's entry modules in a fresh
-(spawned) interpreter, as a server's processes do: the launcher
+The modules are found by importing SGLang's entry modules, as a server's
+processes do (here in the test process, whose interpreter started with the
+wheel's start-up hook like SGLang's own): the launcher
 (``sglang.launch_server`` and ``sglang serve``'s ``sglang.cli.main``), the
 HTTP server it imports for the default mode, and the modules of the
 functions SGLang's ``Engine`` starts its tokenizer manager, scheduler and
@@ -16,7 +17,6 @@ the five Rust extensions compiled for x86-64 only is imported.
 
 from __future__ import annotations
 
-import multiprocessing
 import platform
 
 import pytest
@@ -36,53 +36,41 @@ RUST_EXTENSIONS = (
     "sglang.srt.rust_extensions._bench",
     "sglang.srt.mem_cache.rust_tree_core.mem_cache",
 )
-CHILD_TIMEOUT = 1800
-
-
-def import_server_modules(results) -> None:
-    """In a fresh interpreter: import the entry modules, then the Engine's process modules; report."""
-    import importlib
-    import sys
-
-    report: dict = {"errors": {}}
-    try:
-        for name in (*LAUNCHERS, HTTP_SERVER, ENGINE):
-            try:
-                importlib.import_module(name)
-            except Exception as error:  # noqa: BLE001 - reported by name
-                report["errors"][name] = f"{type(error).__name__}: {error}"
-        engine = sys.modules.get(ENGINE)
-        derived = sorted({getattr(engine.Engine, f).__module__ for f in ENGINE_PROCESS_FUNCTIONS}) if engine else []
-        report["process_modules"] = derived
-        for name in derived:
-            try:
-                importlib.import_module(name)
-            except Exception as error:  # noqa: BLE001
-                report["errors"][name] = f"{type(error).__name__}: {error}"
-        import torch.utils._triton
-
-        from rvv_attn.sglang_plugin import standins
-
-        report["sglang_modules"] = sum(1 for m in sys.modules if m == "sglang" or m.startswith("sglang."))
-        report["real_names"] = sorted(n for n in ("triton", "xgrammar") if n in sys.modules)
-        report["rust_extensions"] = sorted(m for m in RUST_EXTENSIONS if m in sys.modules)
-        report["torch_has_triton"] = bool(torch.utils._triton.has_triton())
-        report["routed"] = list(standins.routed())
-    except BaseException as error:  # reported to the parent, which fails the test with it
-        report["errors"]["(child)"] = f"{type(error).__name__}: {error}"
-    results.put(report)
 
 
 @pytest.fixture(scope="module")
 def report() -> dict:
-    ctx = multiprocessing.get_context("spawn")
-    results = ctx.Queue()
-    child = ctx.Process(target=import_server_modules, args=(results,))
-    child.start()
-    try:
-        return results.get(timeout=CHILD_TIMEOUT)
-    finally:
-        child.join(60)
+    """Import the entry modules, then the Engine's process modules; what happened."""
+    import importlib
+    import sys
+
+    import torch.utils._triton
+
+    from rvv_attn.sglang_plugin import standins
+
+    errors: dict[str, str] = {}
+
+    def try_import(name: str) -> None:
+        try:
+            importlib.import_module(name)
+        except Exception as error:  # noqa: BLE001 - reported by name
+            errors[name] = f"{type(error).__name__}: {error}"
+
+    for name in (*LAUNCHERS, HTTP_SERVER, ENGINE):
+        try_import(name)
+    engine = sys.modules.get(ENGINE)
+    derived = sorted({getattr(engine.Engine, f).__module__ for f in ENGINE_PROCESS_FUNCTIONS}) if engine else []
+    for name in derived:
+        try_import(name)
+    return {
+        "errors": errors,
+        "process_modules": derived,
+        "sglang_modules": sum(1 for m in sys.modules if m == "sglang" or m.startswith("sglang.")),
+        "real_names": sorted(n for n in ("triton", "xgrammar") if n in sys.modules),
+        "rust_extensions": sorted(m for m in RUST_EXTENSIONS if m in sys.modules),
+        "torch_has_triton": bool(torch.utils._triton.has_triton()),
+        "routed": list(standins.routed()),
+    }
 
 
 def test_every_server_module_imports(report):
