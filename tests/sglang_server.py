@@ -73,7 +73,7 @@ _COMMON = {
     "bos_token_id": 1,
     "eos_token_id": 2,
     "pad_token_id": 0,
-    "torch_dtype": "float32",
+    "dtype": "float32",
 }
 
 LLAMA = TinyModel(
@@ -145,7 +145,7 @@ def build_model(spec: TinyModel, overrides: dict[str, Any] | None = None):
     from transformers import AutoConfig, AutoModelForCausalLM
 
     config = AutoConfig.for_model(spec.model_type, **{**spec.config, **(overrides or {})})
-    model = AutoModelForCausalLM.from_config(config, torch_dtype=torch.float32, attn_implementation="eager")
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32, attn_implementation="eager")
     generator = torch.Generator().manual_seed(spec.seed)
     with torch.no_grad():
         for name, param in sorted(model.named_parameters()):

@@ -36,6 +36,8 @@ LOAD_REQUESTS, LOAD_IN_FLIGHT, LOAD_NEW_TOKENS = 32, 8, 3
 
 @pytest.fixture(scope="module", params=list(MODELS))
 def served(request, tmp_path_factory):
+    if platform.machine() != "riscv64":
+        pytest.fail("the server tests check rvv-attn's riscv64 defaults: run them with ./ci/nox -s test-sglang-server")
     spec = MODELS[request.param]
     folder = tmp_path_factory.mktemp(spec.name)
     model_dir = sglang_server.write_model(spec, folder / "model")

@@ -17,8 +17,8 @@ each of its processes (launcher, engine, scheduler, workers), through
 3. closes what SGLang lacks on riscv64 (:mod:`.riscv64`): ``rvv`` as the
    attention backend for ``--device cpu`` when none is given (SGLang would
    pick ``intel_amx`` and fall back to ``torch_native``), ``--grammar-backend
-   none`` where xgrammar is only a stand-in, and RoPE's torch path. An
-   explicit option always wins;
+   none`` where xgrammar is only a stand-in, ``USE_LIBUV=0`` for torch's
+   process group, and RoPE's torch path. An explicit option always wins;
 4. checks a request's token ids against the vocabulary before they reach the
    model (:mod:`.input_checks`): SGLang 0.5.23 does not, and an id outside it
    stops the whole server.
@@ -106,6 +106,7 @@ def _close_riscv64_gaps() -> None:
     from . import riscv64
 
     riscv64.register_defaults()
+    riscv64.tcp_store_without_libuv()
     riscv64.patch_rope()
 
 

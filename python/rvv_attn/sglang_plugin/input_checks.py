@@ -19,10 +19,7 @@ def out_of_vocabulary(input_ids, vocab_size: int) -> str | None:
     """The first id outside ``[0, vocab_size)``, as an error message; None if all are inside."""
     for position, token_id in enumerate(input_ids):
         if not 0 <= int(token_id) < vocab_size:
-            return (
-                f"input_ids[{position}] = {int(token_id)} is outside the vocabulary; valid ids are "
-                f"[0, {vocab_size})"
-            )
+            return f"input_ids[{position}] = {int(token_id)} is outside the vocabulary; valid ids are [0, {vocab_size})"
     return None
 
 

@@ -10,6 +10,10 @@ always wins):
   no ``--grammar-backend`` resolves to ``none`` (SGLang would build an
   xgrammar backend when it loads the tokenizer, and the stand-in refuses).
 
+Through the environment (:func:`tcp_store_without_libuv`): Debian's riscv64
+torch is built without libuv, which torch's TCPStore uses by default, so
+SGLang's ``init_process_group`` fails unless ``USE_LIBUV=0`` is set.
+
 Through one patch that no SGLang mechanism can replace (:func:`patch_rope`):
 SGLang's ``is_cpu()`` is true on x86-64 and arm64 hosts only, and its
 ``RotaryEmbedding`` then imports ``vllm._custom_ops`` on riscv64. The patch
@@ -21,6 +25,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+import os
 import platform
 
 logger = logging.getLogger("rvv_attn.sglang")
@@ -76,6 +81,19 @@ def register_defaults() -> None:
 
     HookRegistry.register(CPU_BACKEND_DEFAULTS, default_cpu_backend, HookType.AROUND)
     HookRegistry.register(GRAMMAR_BACKEND_DEFAULTS, default_grammar_backend, HookType.AROUND)
+
+
+#: The variable torch's TCP rendezvous reads to choose its store's backend (libuv unless it is "0").
+LIBUV_SWITCH = "USE_LIBUV"
+
+
+def tcp_store_without_libuv() -> bool:
+    """On riscv64, default ``USE_LIBUV=0`` for SGLang's process group (an explicit setting wins); True if set."""
+    if not is_riscv64() or LIBUV_SWITCH in os.environ:
+        return False
+    os.environ[LIBUV_SWITCH] = "0"
+    logger.info("rvv-attn: USE_LIBUV=0 (Debian's riscv64 torch has no libuv for its TCPStore)")
+    return True
 
 
 def patch_rope(sglang_version: str | None = None) -> bool:
