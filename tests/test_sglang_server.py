@@ -73,12 +73,10 @@ def test_concurrent_chunked_requests_match_the_reference(served):
     with ThreadPoolExecutor(len(prompts)) as pool:
         got = list(pool.map(lambda p: server.generate(p, CONCURRENT_NEW_TOKENS), prompts))
     assert got == expected
-    if spec.without_window is not None:
-        # The data can tell: without the window, transformers' own model continues these prompts differently.
-        unwindowed = reference_tokens(
-            sglang_server.build_model(spec, spec.without_window), prompts, CONCURRENT_NEW_TOKENS
-        )
-        assert unwindowed != expected, "the prompts must be long enough for the window to change tokens"
+    for feature, change in spec.must_matter.items():
+        # The data can tell: without the feature, transformers' own model continues these prompts differently.
+        other = reference_tokens(sglang_server.build_model(spec, change), prompts, CONCURRENT_NEW_TOKENS)
+        assert other != expected, f"{feature} must change some of these tokens, or equal tokens prove nothing"
 
 
 def test_text_completion_matches_the_reference(served):
