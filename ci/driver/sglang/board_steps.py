@@ -157,6 +157,12 @@ def ensure_fresh_root(line: TorchLine) -> Path:
         return root
 
 
+# The host's CA bundle, copied into the root: a network that inspects TLS (a proxy with its own CA) is trusted
+# by the host, and pip in the root must trust it the same way. On an open network it holds the public CAs.
+HOST_CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
+GUEST_CA_BUNDLE = "/etc/ssl/certs/rvv-attn-host-ca.crt"
+
+
 def chroot_command(root: Path, script: str, qemu_cpu: str) -> list[str]:
     """``script`` in a chroot of ``root`` with /proc, /dev and a fresh /dev/shm (SGLang's processes share
     memory through it), in a mount namespace of its own so the mounts go away with it."""
@@ -171,7 +177,8 @@ def chroot_command(root: Path, script: str, qemu_cpu: str) -> list[str]:
             f"mount --rbind /dev {q(str(root / 'dev'))}",
             f"mount -t tmpfs shm {q(str(root / 'dev' / 'shm'))}",
             f"exec {chroot} {q(str(root))} /usr/bin/env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:"
-            f"/sbin:/bin HOME={HOME} LANG=C.UTF-8 QEMU_CPU={q(qemu_cpu)} /bin/sh {HOME}/{script}",
+            f"/sbin:/bin HOME={HOME} LANG=C.UTF-8 QEMU_CPU={q(qemu_cpu)} PIP_CERT={GUEST_CA_BUNDLE} "
+            f"SSL_CERT_FILE={GUEST_CA_BUNDLE} /bin/sh {HOME}/{script}",
         ]
     )
     return [*prefix, "unshare", "--mount", "--fork", "sh", "-c", inner]
@@ -192,8 +199,10 @@ def prepare_copy(pristine: Path, wheel: Path, work: Path) -> Path:
         "import sys\nfrom pathlib import Path\n\nimport sglang_server\n\n"
         "sglang_server.write_model(sglang_server.LLAMA, Path(sys.argv[1]))\n"
     )
-    # Name resolution for apt and pip, as on a board's network.
+    # Name resolution and TLS trust for apt and pip, as the host has them.
     shutil.copy2("/etc/resolv.conf", work / "etc" / "resolv.conf")
+    if HOST_CA_BUNDLE.exists():
+        shutil.copy2(HOST_CA_BUNDLE, work / GUEST_CA_BUNDLE.lstrip("/"))
     return work
 
 
