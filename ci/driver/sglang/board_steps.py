@@ -164,7 +164,7 @@ GUEST_CA_BUNDLE = "/etc/ssl/certs/rvv-attn-host-ca.crt"
 
 
 def chroot_command(root: Path, script: str, qemu_cpu: str) -> list[str]:
-    """``script`` in a chroot of ``root`` with /proc, /dev and a fresh /dev/shm (SGLang's processes share
+    """``script`` in a chroot of ``root`` with /proc, /dev, /sys and a fresh /dev/shm (SGLang's processes share
     memory through it), in a mount namespace of its own so the mounts go away with it."""
     prefix = privilege_prefix()
     if prefix is None:
@@ -175,6 +175,8 @@ def chroot_command(root: Path, script: str, qemu_cpu: str) -> list[str]:
         [
             f"mount -t proc proc {q(str(root / 'proc'))}",
             f"mount --rbind /dev {q(str(root / 'dev'))}",
+            # SGLang sizes its CPU threads with lscpu, which reads /sys.
+            f"mount --rbind /sys {q(str(root / 'sys'))}",
             f"mount -t tmpfs shm {q(str(root / 'dev' / 'shm'))}",
             f"exec {chroot} {q(str(root))} /usr/bin/env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:"
             f"/sbin:/bin HOME={HOME} LANG=C.UTF-8 QEMU_CPU={q(qemu_cpu)} PIP_CERT={GUEST_CA_BUNDLE} "
