@@ -47,3 +47,4 @@ class CommandFailed(DriverError):
         super().__init__(message, hint)
         self.cmd = list(cmd)
         self.returncode = returncode
+        self.output = output

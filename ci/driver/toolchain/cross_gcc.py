@@ -1,0 +1,124 @@
+"""riscv64 cross GCCs, to check what GCC makes of the RVV kernels (``./ci/nox -s gcc-check``).
+
+Debian and Ubuntu package them as ``g++-<N>-riscv64-linux-gnu`` (Ubuntu 24.04 has 14). A host that has a
+version installed uses it; the versions it lacks come from an amd64 Debian forky root with GCC 14, 15 and 16,
+built once with mmdebstrap (about 1.4 GB, 1-2 minutes) and cached, where they run through chroot. Sources are
+staged into the folder the compiler sees, so nothing of the host is mounted into the root.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..paths import cache_lock, cache_root
+from ..proc import Stopwatch, log, run
+from . import archive, host_packages
+from .private_apt import KEYRING
+
+VERSIONS = (14, 15, 16)
+SUITE = "forky"
+MARKER = ".rvv-attn-cross-gcc.json"
+
+
+def package(version: int) -> str:
+    return f"g++-{version}-riscv64-linux-gnu"
+
+
+def driver_name(version: int) -> str:
+    return f"riscv64-linux-gnu-g++-{version}"
+
+
+@dataclass(frozen=True)
+class CrossGcc:
+    version: int
+    root: Path | None = None  # None: installed on the host
+
+    @property
+    def name(self) -> str:
+        return f"gcc{self.version}"
+
+    def stage(self, build_dir: Path) -> Path:
+        """The folder to put sources in and compile in (inside the root when the compiler lives there)."""
+        return self.root / "work" if self.root else build_dir
+
+    def command(self, args: Sequence[str], folder: Path, prefix: Sequence[str] = ()) -> list[str]:
+        """Compile in ``folder`` (a path below ``stage``) with ``args`` relative to it."""
+        if self.root is None:
+            return [driver_name(self.version), *args]
+        inside = "/" + str(folder.relative_to(self.root))
+        return [*prefix, "chroot", str(self.root), "env", "-C", inside, driver_name(self.version), *args]
+
+    def version_line(self, prefix: Sequence[str] = ()) -> str:
+        """The first line of ``g++ --version`` (it names the exact release)."""
+        folder = self.root / "work" if self.root else Path.cwd()
+        return run(self.command(["--version"], folder, prefix)).splitlines()[0]
+
+
+def root_key(versions: Sequence[int] = VERSIONS, suite: str = SUITE) -> str:
+    return f"{suite}-amd64-gcc{'-'.join(str(v) for v in versions)}"
+
+
+def mmdebstrap_command(target: Path, archive_url: str, versions: Sequence[int] = VERSIONS) -> list[str]:
+    """An amd64 root of forky with the cross compilers (apt variant: chroot needs a working dpkg root)."""
+    return [
+        "mmdebstrap",
+        "--variant=apt",
+        "--architectures=amd64",
+        # forky is a testing suite: a mirror frozen at some date serves its Release file expired. The
+        # signature is still checked.
+        "--aptopt=Acquire::Check-Valid-Until false",
+        f"--include={','.join(package(v) for v in versions)}",
+        SUITE,
+        str(target),
+        f"deb [signed-by={KEYRING}] {archive_url} {SUITE} main",
+    ]
+
+
+def host_versions(which=shutil.which, versions: Sequence[int] = VERSIONS) -> list[int]:
+    return [v for v in versions if which(driver_name(v))]
+
+
+def ensure(versions: Sequence[int] = VERSIONS) -> list[CrossGcc]:
+    """The cross GCCs of ``versions``: the host's where installed, the rest from the cached forky root."""
+    on_host = host_versions(versions=versions)
+    compilers = {v: CrossGcc(v) for v in on_host}
+    missing = [v for v in versions if v not in compilers]
+    if missing:
+        root = ensure_root()
+        compilers.update({v: CrossGcc(v, root) for v in missing})
+    return [compilers[v] for v in versions]
+
+
+def ensure_root() -> Path:
+    key = root_key()
+    root = cache_root() / "cross-gcc" / key
+    with cache_lock("cross-gcc"):
+        try:
+            if json.loads((root / MARKER).read_text()).get("key") == key:
+                return root
+        except (OSError, ValueError):
+            pass
+        prefix = host_packages.privilege_prefix()
+        if prefix is None:
+            raise RuntimeError(
+                "the forky root with riscv64 GCC needs root or passwordless sudo (mmdebstrap, chroot); "
+                f"or install {', '.join(package(v) for v in VERSIONS)} on the host"
+            )
+        host_packages.ensure_host_packages()
+        shutil.rmtree(root, ignore_errors=True)
+        partial = root.with_name(root.name + ".partial")
+        shutil.rmtree(partial, ignore_errors=True)
+        partial.parent.mkdir(parents=True, exist_ok=True)
+        started = time.monotonic()
+        with Stopwatch(f"building an amd64 {SUITE} root with riscv64 GCC {', '.join(map(str, VERSIONS))} (~1.4 GB)"):
+            run([*prefix, *mmdebstrap_command(partial, archive.debian_archive())], stream=True)
+        (partial / "work").mkdir(exist_ok=True)
+        (partial / MARKER).write_text(json.dumps({"key": key, "build_seconds": round(time.monotonic() - started)}))
+        partial.rename(root)
+        log(f"riscv64 GCC root: {root}")
+        return root
