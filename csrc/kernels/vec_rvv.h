@@ -45,13 +45,19 @@ using VIdx = vuint64m8_t;
 using VMask = vbool8_t;
 
 inline size_t setvl(size_t n) { return __riscv_vsetvl_e32m4(n); }
-// AVL kLanes (VLMAX of e32m4 at this fixed VLEN), not __riscv_vsetvlmax_e32m4():
-// GCC 14's vsetvl pass moves a `vsetvli rd,zero` onto a control-flow edge
-// and keeps rd, a register that holds another live value there (in decode,
-// the sequence length: every KV block after the first was dropped, or the
-// process crashed). A constant AVL leaves no result register to misplace.
-// GCC 15 and 16 and clang are not affected; docs/gcc.md has the evidence.
+#if defined(__clang__)
+inline VF zeros() { return __riscv_vfmv_v_f_f32m4(0.0f, __riscv_vsetvlmax_e32m4()); }
+#else
+// For GCC, AVL kLanes (VLMAX of e32m4 at this fixed VLEN) rather than
+// __riscv_vsetvlmax_e32m4(): GCC 14's vsetvl pass moves that request's
+// `vsetvli rd,zero` onto a control-flow edge and keeps rd, a register that
+// holds another live value there (in decode, the sequence length: every KV
+// block after the first was dropped, or the process crashed). A constant
+// AVL leaves no result register to misplace. Clang keeps the one-instruction
+// VLMAX request (a constant AVL above 31 costs it an extra `li` per block:
+// +0.3% instructions in bf16 decode at VLEN 256). docs/gcc.md has the evidence.
 inline VF zeros() { return __riscv_vfmv_v_f_f32m4(0.0f, kLanes); }
+#endif
 inline VF splat(float a, size_t vl) { return __riscv_vfmv_v_f_f32m4(a, vl); }
 inline VF load(const float* p, size_t vl) { return __riscv_vle32_v_f32m4(p, vl); }
 inline void store(float* p, VF v, size_t vl) { __riscv_vse32_v_f32m4(p, v, vl); }
