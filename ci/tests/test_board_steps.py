@@ -31,6 +31,9 @@ def test_the_script_holds_the_blocks_verbatim_and_waits_for_the_server(blocks):
     assert board_steps.serve_command(blocks["serve"]) in script
     assert script.index(blocks["install"]) < script.index("write_model.py") < script.index("/health")
     assert script.rstrip().endswith(f"grep -q output_ids {board_steps.HOME}/response.txt")
+    # The server runs as a process group that goes with the script, however it ends.
+    assert "setsid sh" in script and "trap 'kill -KILL -$server" in script
+    assert script.index("trap 'kill -KILL") < script.index("/health")
 
 
 def test_a_missing_or_doubled_block_is_an_error():

@@ -96,9 +96,16 @@ def guest_script(blocks: dict[str, str], wait_seconds: int = SERVER_WAIT_SECONDS
             f"python3 {HOME}/write_model.py {MODEL_DIR}",
             *step("model"),
             f"export MODEL_DIR={MODEL_DIR}",
-            "# --- the page's serve block, in the background ---",
-            f"( {serve_command(blocks['serve'])} ) > {HOME}/server.log 2>&1 &",
+            "# --- the page's serve block, in the background, in a process group of its own ---",
+            f"cat > {HOME}/serve.sh <<'RVV_ATTN_SERVE'",
+            serve_command(blocks["serve"]),
+            "RVV_ATTN_SERVE",
+            f"setsid sh {HOME}/serve.sh > {HOME}/server.log 2>&1 &",
             "server=$!",
+            # SGLang's scheduler and detokenizer are the server's children: whatever ends the script (a step
+            # that fails included), the whole group goes, so no server is left polling under QEMU. (dash's
+            # kill takes a negative pid, not `--`.)
+            "trap 'kill -KILL -$server 2>/dev/null || true' EXIT",
             f"deadline=$(( $(date +%s) + {wait_seconds} ))",
             "until curl -sf http://127.0.0.1:30000/health > /dev/null; do",
             "  if ! kill -0 $server 2>/dev/null; then echo 'the server exited:'; tail -50 server.log; exit 1; fi",
@@ -109,7 +116,8 @@ def guest_script(blocks: dict[str, str], wait_seconds: int = SERVER_WAIT_SECONDS
             "# --- the page's request block, as written ---",
             f"( {blocks['request']} ) | tee {HOME}/response.txt",
             *step("request"),
-            "kill -INT $server; sleep 20; kill -KILL $server 2>/dev/null || true",
+            # TERM, not INT: a background command of a non-interactive sh starts with SIGINT ignored.
+            "kill -TERM -$server; sleep 20",
             f"grep -q output_ids {HOME}/response.txt",
         ]
     )
