@@ -9,12 +9,14 @@ staged into the folder the compiler sees, so nothing of the host is mounted into
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..errors import ConfigError
 from ..paths import cache_lock, cache_root
 from ..proc import Stopwatch, log, run
 from . import archive, host_packages
@@ -105,19 +107,22 @@ def ensure_root() -> Path:
             pass
         prefix = host_packages.privilege_prefix()
         if prefix is None:
-            raise RuntimeError(
-                "the forky root with riscv64 GCC needs root or passwordless sudo (mmdebstrap, chroot); "
-                f"or install {', '.join(package(v) for v in VERSIONS)} on the host"
+            raise ConfigError(
+                "the forky root with riscv64 GCC needs root or passwordless sudo (mmdebstrap, chroot)",
+                f"run as root, or install {', '.join(package(v) for v in VERSIONS)} on the host",
             )
         host_packages.ensure_host_packages()
-        shutil.rmtree(root, ignore_errors=True)
         partial = root.with_name(root.name + ".partial")
-        shutil.rmtree(partial, ignore_errors=True)
+        # A root built through sudo belongs to root: remove it the same way.
+        run([*prefix, "rm", "-rf", str(root), str(partial)])
         partial.parent.mkdir(parents=True, exist_ok=True)
         started = time.monotonic()
         with Stopwatch(f"building an amd64 {SUITE} root with riscv64 GCC {', '.join(map(str, VERSIONS))} (~1.4 GB)"):
             run([*prefix, *mmdebstrap_command(partial, archive.debian_archive())], stream=True)
-        (partial / "work").mkdir(exist_ok=True)
+        # The top folder and work/ (where sources are staged) belong to the user; the rest stays root's.
+        owner = [f"{os.getuid()}:{os.getgid()}"]
+        run([*prefix, "install", "-d", "-o", str(os.getuid()), "-g", str(os.getgid()), str(partial / "work")])
+        run([*prefix, "chown", *owner, str(partial)])
         (partial / MARKER).write_text(json.dumps({"key": key, "build_seconds": round(time.monotonic() - started)}))
         partial.rename(root)
         log(f"riscv64 GCC root: {root}")
