@@ -325,7 +325,7 @@ else:
 @_session(name="test-sglang-quick", python=False, tags=["test"], default=False, timed=True)
 def test_sglang_quick(session: nox.Session) -> None:
     """The share of `nox -t test` for SGLang's real package: the tests marked sglang in the riscv64 target at
-    VLEN 256 (test-sglang adds the host)."""
+    VLEN 256, less those marked sglang_spawn (test-sglang runs them and adds the host)."""
     posargs = session.posargs or sglang.session.QUICK_POSARGS
     cmd, env = testing.torch_line_runs.nested_run(SGLANG_TABLE.torch, ["test-sglang"], posargs)
     session.run(*cmd, env=env, external=True)

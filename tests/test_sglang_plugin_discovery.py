@@ -20,6 +20,8 @@ from collections.abc import Iterator
 import pytest
 
 pytestmark = pytest.mark.sglang
+# The children are what costs (each imports torch and SGLang under QEMU): -t test's quick share leaves them out.
+spawns = pytest.mark.sglang_spawn
 
 GROUP = "sglang.srt.plugins"
 ENTRY_POINT = "rvv_attn"
@@ -94,6 +96,7 @@ def test_entry_point_is_in_the_installed_metadata():
     assert ep.dist is not None and ep.dist.name.replace("_", "-") == "rvv-attn"
 
 
+@spawns
 def test_load_plugins_in_a_spawned_process_registers_rvv(children):
     report = children[None]
     assert "error" not in report, report.get("error")
@@ -103,6 +106,7 @@ def test_load_plugins_in_a_spawned_process_registers_rvv(children):
     assert report["after"] == {"rvv_backend": True, "decode_op": True, "plugin_loaded": True}
 
 
+@spawns
 def test_sglang_plugins_allow_list_skips_rvv_attn(children):
     report = children["other"]
     assert "error" not in report, report.get("error")
