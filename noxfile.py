@@ -176,6 +176,16 @@ def gcc_check(session: nox.Session) -> None:
     testing.gcc_check.run_session(session.posargs)
 
 
+@_session(name="test-gcc", default=False, timed=True)
+def test_gcc(session: nox.Session) -> None:
+    """Build the package with riscv64 GCC, RVV variants included, and run the suite against it under QEMU.
+
+    Options before the pytest arguments: --gcc=14,16 (default 14, the compiler of Debian trixie and Ubuntu
+    24.04)  --vlens=128,256 or all (default 256). GCCs the host lacks come from gcc-check's cached root.
+    """
+    testing.gcc_suite.run_session(session, session.posargs)
+
+
 @_session(name="repro", default=False)
 def repro_matrix(session: nox.Session) -> None:
     """Run tests (after --) on the host and at every VLEN x {undisturbed, all-ones agnostic}; print the matrix.

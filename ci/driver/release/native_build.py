@@ -8,9 +8,8 @@ chroot of the line's board root (``toolchain.board_root``), every program a
 riscv64 one run by QEMU through binfmt_misc, it creates a venv with the
 system's torch, ``pip install``s the sdist with no index and no build
 isolation (the README's command), times it, and runs the operator tests
-against the installed package: a clang build at one VLEN, a GCC build (which
-holds the portable kernels only: cmake/RvvVariants.cmake says why) on a CPU
-without V.
+against the installed package at one VLEN (GCC 14 and later build the RVV
+variants as clang does; cmake/RvvVariants.cmake says why older ones do not).
 
 Slow by nature (the compilers themselves run under emulation): a session of
 its own (``sdist-native``), never part of ``nox -t test``.
@@ -78,9 +77,11 @@ def parse_posargs(posargs: Sequence[str], line: torch_lines.TorchLine) -> Option
 
 
 def tested_variant(compiler: Compiler, variant: Variant) -> Variant | None:
-    """The variant a build is tested at: ``variant`` for clang; GCC builds the portable kernels only
-    (cmake/RvvVariants.cmake), tested on a CPU without V."""
-    return variant if compiler.kind == "clang" else None
+    """The variant a build is tested at: ``variant``, for both compilers. Every line's GCC is 14 or later, which
+    builds the RVV variants (cmake/RvvVariants.cmake); an older one would build the portable kernels only, tested
+    on a CPU without V (None)."""
+    major = compiler.package.rpartition("-")[2]
+    return None if compiler.kind == "gcc" and major.isdigit() and int(major) < 14 else variant
 
 
 def guest_cpu(variant: Variant | None) -> str:

@@ -8,10 +8,11 @@
 - ``beside``: the host-side sessions test-emulated runs beside its configurations;
 - ``repro``: the repro session's test x configuration matrix (and its gdb mode);
 - ``torch_line_runs``: the runs of a torch line other than the default (test-torch2.14[-quick]);
-- ``gcc_check``: the decode kernel built by each riscv64 compiler, level and VLEN, checked under QEMU.
+- ``gcc_check``: the decode kernel built by each riscv64 compiler, level and VLEN, checked under QEMU;
+- ``gcc_suite``: the whole package built with a riscv64 GCC and the suite run against it (test-gcc).
 """
 
-from . import gcc_check, matrix, repro, torch_line_runs
+from . import gcc_check, gcc_suite, matrix, repro, torch_line_runs
 from .demo import run_demo
 from .testrun import pytest_in_session, results_dir, session_clock, summary_lines
 from .vlen_sessions import emulated_suite, guest_shell, vlen_session_docs
@@ -19,6 +20,7 @@ from .vlen_sessions import emulated_suite, guest_shell, vlen_session_docs
 __all__ = [
     "emulated_suite",
     "gcc_check",
+    "gcc_suite",
     "guest_shell",
     "matrix",
     "pytest_in_session",

@@ -14,6 +14,7 @@ from .vlens import Variant
 from .vlens import variants as table_variants
 
 TOOLCHAIN_FILE = TOOLCHAINS_DIR / "riscv64-clang19.cmake"
+GCC_TOOLCHAIN_FILE = TOOLCHAINS_DIR / "riscv64-gcc.cmake"
 RISCV_WHEEL_TAG = "py3-none-linux_riscv64"
 LIBRARY = "librvv_attn_ops.so"
 # The library's folder in the package is named after the torch it is built against (CMakeLists.txt writes
@@ -75,11 +76,14 @@ def cross_wheel_args(
     build_type: str = "Release",
     launcher: str | None = None,
     source: Path = PROJECT_ROOT,
+    toolchain_file: Path = TOOLCHAIN_FILE,
+    defines: Sequence[str] = (),
 ) -> list[str]:
     """``pip wheel`` arguments for the riscv64 wheel holding ``variants`` and the portable build, from ``source``
-    (the checkout, or for a release the unpacked sdist)."""
+    (the checkout, or for a release the unpacked sdist); ``defines`` are more CMake definitions (NAME=VALUE)."""
     vlens = ";".join(str(v.vlen) for v in variants)
     cache = _launcher_define(launcher)
+    extra = [arg for define in defines for arg in ("-C", f"cmake.define.{define}")]
     return [
         "wheel",
         "--no-build-isolation",
@@ -92,7 +96,7 @@ def cross_wheel_args(
         "-C",
         f"cmake.build-type={build_type}",
         "-C",
-        f"cmake.toolchain-file={TOOLCHAIN_FILE}",
+        f"cmake.toolchain-file={toolchain_file}",
         "-C",
         f"wheel.tags={RISCV_WHEEL_TAG}",
         "-C",
@@ -101,6 +105,7 @@ def cross_wheel_args(
         f"cmake.define.RVV_ATTN_SYSROOT={sysroot}",
         "-C",
         f"cmake.define.RVV_ATTN_VLENS={vlens}",
+        *extra,
         str(source),
     ]
 

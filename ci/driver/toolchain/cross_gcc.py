@@ -2,14 +2,17 @@
 
 Debian and Ubuntu package them as ``g++-<N>-riscv64-linux-gnu`` (Ubuntu 24.04 has 14). A host that has a
 version installed uses it; the versions it lacks come from an amd64 Debian forky root with GCC 14, 15 and 16,
-built once with mmdebstrap (about 1.4 GB, 1-2 minutes) and cached, where they run through chroot. Sources are
-staged into the folder the compiler sees, so nothing of the host is mounted into the root.
+built once with mmdebstrap (about 1.4 GB, 1-2 minutes) and cached, where they run through chroot. For
+gcc-check, sources are staged into the folder the compiler sees, so nothing of the host is mounted into the
+root; a whole package build (test-gcc) goes through ``compiler_script``, which shows the checkout, the build
+tree and the sysroot inside the root at their own paths, in a mount namespace that ends with each compile.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import time
 from collections.abc import Sequence
@@ -59,6 +62,39 @@ class CrossGcc:
         """The first line of ``g++ --version`` (it names the exact release)."""
         folder = self.root / "work" if self.root else Path.cwd()
         return run(self.command(["--version"], folder, prefix)).splitlines()[0]
+
+
+def compiler_script(gcc: CrossGcc, script: Path, shared: Sequence[Path], prefix: Sequence[str] = ()) -> Path:
+    """A compiler command for CMake (``RVV_ATTN_CROSS_GXX``): ``gcc`` itself when the host has it, else a script
+    at ``script`` that runs it in its root with the folders ``shared`` at their own paths.
+
+    Each call gets a private mount namespace (``unshare --mount``): the bind mounts exist only while that one
+    compiler runs and never show on the host, so removing the root can never reach into the checkout. The
+    compiler runs as the calling user (``chroot --userspec``), so what it writes belongs to them.
+    """
+    if gcc.root is None:
+        found = shutil.which(driver_name(gcc.version))
+        if found is None:
+            raise ConfigError(f"{driver_name(gcc.version)} is not on PATH", f"install {package(gcc.version)}")
+        return Path(found)
+    folders = " ".join(shlex.quote(str(folder)) for folder in shared)
+    inner = (
+        "root=$1; shift; "
+        f"for folder in {folders}; do "
+        'mkdir -p "$root$folder" && mount --bind "$folder" "$root$folder" || exit 125; done; '
+        f'exec chroot --userspec={os.getuid()}:{os.getgid()} "$root" '
+        f'env -C "$PWD" TMPDIR=/tmp {driver_name(gcc.version)} "$@"'
+    )
+    command = [*prefix, "unshare", "--mount", "--propagation", "private", "sh", "-c", inner, "sh", str(gcc.root)]
+    lines = [
+        "#!/bin/sh",
+        f"# riscv64 GCC {gcc.version} from {gcc.root}; written by ci/driver/toolchain/cross_gcc.py.",
+        f'exec {shlex.join(command)} "$@"',
+    ]
+    script.parent.mkdir(parents=True, exist_ok=True)
+    script.write_text("\n".join(lines) + "\n")
+    script.chmod(0o755)
+    return script
 
 
 def root_key(versions: Sequence[int] = VERSIONS, suite: str = SUITE) -> str:
