@@ -18,7 +18,7 @@ def test_defaults_cover_every_compiler_level_and_vlen_of_the_table():
     assert options.vlens == ALL_VLENS
     cases = gcc_check.plan(options)
     assert len(cases) == len(gcc_check.COMPILERS) * len(gcc_check.LEVELS) * len(ALL_VLENS)
-    assert {c.compiler for c in cases} == {"gcc14", "gcc15", "gcc16", "clang19"}
+    assert {c.compiler for c in cases} == {"gcc14", "gcc15", "gcc16", "clang19", "clang21"}
 
 
 def test_options_narrow_the_plan():
@@ -28,7 +28,7 @@ def test_options_narrow_the_plan():
 
 @pytest.mark.parametrize("bad", ["--compilers=gcc13", "--levels=Os", "--vlens=64", "--vlens=", "--jobs=2"])
 def test_unknown_options_name_what_is_accepted(bad):
-    with pytest.raises(ConfigError, match="--compilers=gcc14,gcc15,gcc16,clang19"):
+    with pytest.raises(ConfigError, match="--compilers=gcc14,gcc15,gcc16,clang19,clang21"):
         gcc_check.parse_posargs([bad])
 
 
@@ -96,5 +96,24 @@ def test_only_missing_versions_come_from_the_root():
     assert cross_gcc.host_versions(lambda name: name if name in present else None) == [14]
     cmd = cross_gcc.mmdebstrap_command(Path("/t"), "http://archive.example/debian")
     assert "--architectures=amd64" in cmd
-    assert "--include=g++-14-riscv64-linux-gnu,g++-15-riscv64-linux-gnu,g++-16-riscv64-linux-gnu" in cmd
+    assert "--include=g++-14-riscv64-linux-gnu,g++-15-riscv64-linux-gnu,g++-16-riscv64-linux-gnu,clang-21" in cmd
     assert cmd[-1].endswith("http://archive.example/debian forky main")
+    # The key names everything the root holds, so adding a compiler builds a new root.
+    assert cross_gcc.root_key() == "forky-amd64-gcc14-15-16-clang21"
+
+
+def test_the_roots_clang_is_told_its_target_and_runs_like_the_gccs():
+    root = Path("/cache/cross-gcc/forky")
+    clang = cross_gcc.CrossGcc(21, root, kind="clang")
+    assert clang.name == "clang21"
+    assert clang.command(["-O2", "x.cpp"], root / "work" / "c") == [
+        "chroot",
+        str(root),
+        "env",
+        "-C",
+        "/work/c",
+        "clang++-21",
+        "--target=riscv64-linux-gnu",
+        "-O2",
+        "x.cpp",
+    ]

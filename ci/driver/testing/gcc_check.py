@@ -25,7 +25,8 @@ from ..toolchain import cross_gcc, host_packages, vlens
 SOURCE = PROJECT_ROOT / "ci" / "gcc" / "decode_check.cpp"
 KERNELS = PROJECT_ROOT / "csrc" / "kernels"
 RESULTS = BUILD_DIR / "results" / "gcc-check"
-COMPILERS = ("gcc14", "gcc15", "gcc16", "clang19")
+# clang19 is the host's (the wheel's compiler); clang21 is forky's, from the same root as the GCCs.
+COMPILERS = ("gcc14", "gcc15", "gcc16", "clang19", f"clang{cross_gcc.CLANG_VERSION}")
 LEVELS = ("O1", "O2", "O3")
 # As the library's Release build compiles a variant (cmake/RvvVariants.cmake): position-independent, no
 # asserts. GCC 14's fault at -O3 shows only with both.
@@ -132,6 +133,9 @@ def run_session(posargs: Sequence[str]) -> None:
     qemu, sysroot = toolchain.ensure()
     versions = sorted({int(c[3:]) for c in options.compilers if c.startswith("gcc")})
     gccs = {g.name: g for g in cross_gcc.ensure(versions)} if versions else {}
+    if f"clang{cross_gcc.CLANG_VERSION}" in options.compilers:
+        clang = cross_gcc.root_clang()
+        gccs[clang.name] = clang
     prefix = host_packages.privilege_prefix() or []
     RESULTS.mkdir(parents=True, exist_ok=True)
     for gcc in gccs.values():

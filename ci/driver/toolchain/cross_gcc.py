@@ -1,8 +1,8 @@
 """riscv64 cross GCCs, to check what GCC makes of the RVV kernels (``./ci/nox -s gcc-check``).
 
 Debian and Ubuntu package them as ``g++-<N>-riscv64-linux-gnu`` (Ubuntu 24.04 has 14). A host that has a
-version installed uses it; the versions it lacks come from an amd64 Debian forky root with GCC 14, 15 and 16,
-built once with mmdebstrap (about 1.4 GB, 1-2 minutes) and cached, where they run through chroot. For
+version installed uses it; the versions it lacks come from an amd64 Debian forky root with GCC 14, 15 and 16
+and clang-21, built once with mmdebstrap (about 2 GB, 1-2 minutes) and cached, where they run through chroot. For
 gcc-check, sources are staged into the folder the compiler sees, so nothing of the host is mounted into the
 root; a whole package build (test-gcc) goes through ``compiler_script``, which shows the checkout, the build
 tree and the sysroot inside the root at their own paths, in a mount namespace that ends with each compile.
@@ -26,6 +26,9 @@ from . import archive, host_packages
 from .private_apt import KEYRING
 
 VERSIONS = (14, 15, 16)
+# forky's clang, the one a forky board builds the sdist with (docs/release.md); its riscv64 headers and
+# libraries are the GCC cross packages' (clang finds them under /usr/lib/gcc-cross).
+CLANG_VERSION = 21
 SUITE = "forky"
 MARKER = ".rvv-attn-cross-gcc.json"
 
@@ -40,12 +43,22 @@ def driver_name(version: int) -> str:
 
 @dataclass(frozen=True)
 class CrossGcc:
+    """A riscv64 compiler: a GCC (``kind`` "gcc") or the root's clang (``kind`` "clang"; always in the root)."""
+
     version: int
     root: Path | None = None  # None: installed on the host
+    kind: str = "gcc"
 
     @property
     def name(self) -> str:
-        return f"gcc{self.version}"
+        return f"{self.kind}{self.version}"
+
+    @property
+    def driver(self) -> list[str]:
+        """The compiler command: GCC's cross driver, or clang told the target (it finds the GCC cross files)."""
+        if self.kind == "clang":
+            return [f"clang++-{self.version}", "--target=riscv64-linux-gnu"]
+        return [driver_name(self.version)]
 
     def stage(self, build_dir: Path) -> Path:
         """The folder to put sources in and compile in (inside the root when the compiler lives there)."""
@@ -54,9 +67,9 @@ class CrossGcc:
     def command(self, args: Sequence[str], folder: Path, prefix: Sequence[str] = ()) -> list[str]:
         """Compile in ``folder`` (a path below ``stage``) with ``args`` relative to it."""
         if self.root is None:
-            return [driver_name(self.version), *args]
+            return [*self.driver, *args]
         inside = "/" + str(folder.relative_to(self.root))
-        return [*prefix, "chroot", str(self.root), "env", "-C", inside, driver_name(self.version), *args]
+        return [*prefix, "chroot", str(self.root), "env", "-C", inside, *self.driver, *args]
 
     def version_line(self, prefix: Sequence[str] = ()) -> str:
         """The first line of ``g++ --version`` (it names the exact release)."""
@@ -83,7 +96,7 @@ def compiler_script(gcc: CrossGcc, script: Path, shared: Sequence[Path], prefix:
         f"for folder in {folders}; do "
         'mkdir -p "$root$folder" && mount --bind "$folder" "$root$folder" || exit 125; done; '
         f'exec chroot --userspec={os.getuid()}:{os.getgid()} "$root" '
-        f'env -C "$PWD" TMPDIR=/tmp {driver_name(gcc.version)} "$@"'
+        f'env -C "$PWD" TMPDIR=/tmp {shlex.join(gcc.driver)} "$@"'
     )
     command = [*prefix, "unshare", "--mount", "--propagation", "private", "sh", "-c", inner, "sh", str(gcc.root)]
     lines = [
@@ -98,7 +111,7 @@ def compiler_script(gcc: CrossGcc, script: Path, shared: Sequence[Path], prefix:
 
 
 def root_key(versions: Sequence[int] = VERSIONS, suite: str = SUITE) -> str:
-    return f"{suite}-amd64-gcc{'-'.join(str(v) for v in versions)}"
+    return f"{suite}-amd64-gcc{'-'.join(str(v) for v in versions)}-clang{CLANG_VERSION}"
 
 
 def mmdebstrap_command(target: Path, archive_url: str, versions: Sequence[int] = VERSIONS) -> list[str]:
@@ -110,7 +123,7 @@ def mmdebstrap_command(target: Path, archive_url: str, versions: Sequence[int] =
         # forky is a testing suite: a mirror frozen at some date serves its Release file expired. The
         # signature is still checked.
         "--aptopt=Acquire::Check-Valid-Until false",
-        f"--include={','.join(package(v) for v in versions)}",
+        f"--include={','.join([*(package(v) for v in versions), f'clang-{CLANG_VERSION}'])}",
         SUITE,
         str(target),
         f"deb [signed-by={KEYRING}] {archive_url} {SUITE} main",
@@ -130,6 +143,11 @@ def ensure(versions: Sequence[int] = VERSIONS) -> list[CrossGcc]:
         root = ensure_root()
         compilers.update({v: CrossGcc(v, root) for v in missing})
     return [compilers[v] for v in versions]
+
+
+def root_clang() -> CrossGcc:
+    """The root's clang (built with the root if need be)."""
+    return CrossGcc(CLANG_VERSION, ensure_root(), kind="clang")
 
 
 def ensure_root() -> Path:
@@ -153,7 +171,8 @@ def ensure_root() -> Path:
         run([*prefix, "rm", "-rf", str(root), str(partial)])
         partial.parent.mkdir(parents=True, exist_ok=True)
         started = time.monotonic()
-        with Stopwatch(f"building an amd64 {SUITE} root with riscv64 GCC {', '.join(map(str, VERSIONS))} (~1.4 GB)"):
+        what = f"riscv64 GCC {', '.join(map(str, VERSIONS))} and clang-{CLANG_VERSION}"
+        with Stopwatch(f"building an amd64 {SUITE} root with {what} (~2 GB)"):
             run([*prefix, *mmdebstrap_command(partial, archive.debian_archive())], stream=True)
         # The top folder and work/ (where sources are staged) belong to the user; the rest stays root's.
         owner = [f"{os.getuid()}:{os.getgid()}"]
@@ -161,5 +180,10 @@ def ensure_root() -> Path:
         run([*prefix, "chown", *owner, str(partial)])
         (partial / MARKER).write_text(json.dumps({"key": key, "build_seconds": round(time.monotonic() - started)}))
         partial.rename(root)
+        # Roots of other keys (an older compiler list) would only take space.
+        stale = [p for p in root.parent.iterdir() if p.is_dir() and p != root]
+        if stale:
+            run([*prefix, "rm", "-rf", *map(str, stale)])
+            log(f"removed the riscv64 compiler roots of other keys: {', '.join(p.name for p in stale)}")
         log(f"riscv64 GCC root: {root}")
         return root
