@@ -168,7 +168,7 @@ def sanitize(session: nox.Session) -> None:
 
 @_session(name="gcc-check", python=False, default=False, timed=True)
 def gcc_check(session: nox.Session) -> None:
-    """Build the decode kernel alone with riscv64 GCC 14/15/16 and clang-19/21 at -O1..-O3 per VLEN; check it under QEMU.
+    """Build the decode kernel alone with riscv64 GCC 14/15/16 and clang-19/21 at -O1..-O3 per VLEN; run it in QEMU.
 
     Options: --compilers=gcc14,clang21  --levels=O2  --vlens=256 (each a subset; default all). GCCs the host
     lacks, and clang-21, come from a cached amd64 Debian forky root (docs/gcc.md).
