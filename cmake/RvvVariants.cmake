@@ -17,14 +17,14 @@ foreach(_i RANGE ${_last})
 endforeach()
 
 # GCC 14 (Debian trixie's 14.2, forky's 14.4) once built the decode kernel
-# wrong: its vsetvl pass moved the `vsetvli rd,zero` of a VLMAX request onto a
-# control-flow edge and kept rd, a register still live there, so splits ended
-# after one KV block or the process crashed (a GCC bug; docs/gcc.md). The
-# kernels no longer ask for VLMAX; the whole suite passes against GCC 14.2 and
-# 14.4 builds at every VLEN (`./ci/nox -s test-gcc`), and gcc-check finds the
-# decode kernel right with GCC 14, 15 and 16. Older GCCs have not been tested
-# (GCC 13 is the first with RVV intrinsics at all): they build
-# the portable kernels only unless RVV_ATTN_GCC_RVV=ON asks for the variants.
+# wrong: its vsetvl pass moved the `vsetvli rd,zero` of a VLMAX request onto
+# a control-flow edge and kept rd, a register still live there, so splits
+# ended after one KV block or the process crashed (a GCC bug; docs/gcc.md).
+# The kernels no longer ask for VLMAX: the whole suite passes against GCC
+# 14.2, 14.4 and 16.2 builds at every VLEN (`./ci/nox -s test-gcc`), and
+# gcc-check finds the decode kernel right with GCC 14, 15 and 16. Older GCCs
+# have not been tested (GCC 13 is the first with RVV intrinsics at all): they
+# build the portable kernels only unless RVV_ATTN_GCC_RVV=ON asks for them.
 option(RVV_ATTN_GCC_RVV "Build the RVV variants with a GCC older than 14 too (never tested; docs/gcc.md)" OFF)
 set(_rvv_compiler_ok TRUE)
 if(CMAKE_CXX_COMPILER_ID STREQUAL "GNU" AND CMAKE_CXX_COMPILER_VERSION VERSION_LESS 14 AND NOT RVV_ATTN_GCC_RVV)
