@@ -117,3 +117,10 @@ def test_the_roots_clang_is_told_its_target_and_runs_like_the_gccs():
         "-O2",
         "x.cpp",
     ]
+
+
+def test_the_hosts_archive_is_asked_for_a_candidate_first():
+    offered = "g++-14-riscv64-linux-gnu:\n  Installed: (none)\n  Candidate: 14.2.0-19cross1\n  Version table:\n"
+    assert cross_gcc.apt_candidate(offered) == "14.2.0-19cross1"
+    assert cross_gcc.apt_candidate("g++-14-riscv64-linux-gnu:\n  Installed: (none)\n  Candidate: (none)\n") is None
+    assert cross_gcc.apt_candidate("") is None  # apt-cache knows no such package

@@ -14,6 +14,7 @@ import json
 import os
 import shlex
 import shutil
+import subprocess
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -134,9 +135,31 @@ def host_versions(which=shutil.which, versions: Sequence[int] = VERSIONS) -> lis
     return [v for v in versions if which(driver_name(v))]
 
 
+def apt_candidate(policy_output: str) -> str | None:
+    """The version ``apt-cache policy <package>`` would install, or None."""
+    for line in policy_output.splitlines():
+        name, _, value = line.strip().partition(":")
+        if name == "Candidate":
+            return None if value.strip() in ("", "(none)") else value.strip()
+    return None
+
+
+def host_archive_offers(pkg: str) -> bool:
+    """Whether the host's apt sources have ``pkg`` (Debian trixie and Ubuntu 24.04 have GCC 14's; bookworm not)."""
+    if not shutil.which("apt-cache"):
+        return False
+    policy = subprocess.run(["apt-cache", "policy", pkg], capture_output=True, text=True, check=False).stdout
+    return apt_candidate(policy) is not None
+
+
 def ensure(versions: Sequence[int] = VERSIONS) -> list[CrossGcc]:
-    """The cross GCCs of ``versions``: the host's where installed, the rest from the cached forky root."""
+    """The cross GCCs of ``versions``: the host's where installed or its archive has them (the distribution's own
+    build, e.g. the GCC 14.2 a trixie or Ubuntu 24.04 board has), the rest from the cached forky root."""
     on_host = host_versions(versions=versions)
+    offered = [v for v in versions if v not in on_host and host_archive_offers(package(v))]
+    if offered:
+        host_packages.ensure_host_packages({package(v): f"/usr/bin/{driver_name(v)}" for v in offered})
+        on_host += offered
     compilers = {v: CrossGcc(v) for v in on_host}
     missing = [v for v in versions if v not in compilers]
     if missing:
