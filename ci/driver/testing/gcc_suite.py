@@ -21,8 +21,7 @@ from ..proc import Stopwatch, log
 from ..session import Session
 from ..toolchain import build, cross_gcc, host_packages
 from ..toolchain.build_steps import install_build_tools
-from ..toolchain.vlens import Variant, by_vlen
-from ..toolchain.vlens import variants as table_variants
+from ..toolchain.vlens import Variant, by_vlen, parse_vlens_option
 from . import testrun
 
 # GCC 14: Debian trixie's and Ubuntu 24.04's compiler, the one that built the decode kernel wrong before.
@@ -39,7 +38,6 @@ class Options:
 
 def parse_posargs(posargs: Sequence[str]) -> Options:
     """``--gcc=14,16`` and ``--vlens=128,256`` (or ``all``) first; the rest goes to pytest (default: tests)."""
-    known_vlens = tuple(v.vlen for v in table_variants())
     versions, vlens, rest = DEFAULT_VERSIONS, DEFAULT_VLENS, []
     for arg in posargs:
         name, sep, value = arg.partition("=")
@@ -52,14 +50,12 @@ def parse_posargs(posargs: Sequence[str]) -> Options:
                 )
             versions = tuple(int(x) for x in items)
         elif name == "--vlens" and sep:
-            if items == ["all"]:
-                vlens = known_vlens
-            elif items and all(x.isdigit() and int(x) in known_vlens for x in items):
-                vlens = tuple(int(x) for x in items)
-            else:
-                raise ConfigError(
-                    f"--vlens={value}: give VLENs of toolchains/vlens.json ({', '.join(map(str, known_vlens))}) or all"
-                )
+            try:
+                vlens = tuple(parse_vlens_option(value))
+            except ValueError as err:
+                raise ConfigError(f"--vlens={value}: {err}", "or --vlens=all") from err
+            if not vlens:
+                raise ConfigError(f"--vlens={value}: give VLENs of toolchains/vlens.json, or all")
         else:
             rest.append(arg)
     return Options(versions, vlens, tuple(rest))

@@ -25,7 +25,7 @@ from ..paths import BUILD_DIR
 from ..proc import log
 from ..session import Session
 from ..toolchain import build, host_packages
-from ..toolchain.vlens import Variant, by_vlen, variants
+from ..toolchain.vlens import Variant, by_vlen, parse_vlens_option, variants
 from ..warm import Target, ping, route
 from . import testrun
 
@@ -71,7 +71,7 @@ def parse_posargs(posargs: Sequence[str]) -> tuple[Options, list[str]]:
         name, sep, value = arg.partition("=")
         if name == "--vlens" and sep:
             try:
-                opts.vlens = [by_vlen(int(v)).vlen for v in value.split(",") if v]
+                opts.vlens = parse_vlens_option(value, allow_all=False)
             except ValueError as err:
                 raise ConfigError(f"--vlens={value}: {err}") from err
         elif name == "--policies" and sep:

@@ -100,6 +100,13 @@ def by_vlen(vlen: int) -> Variant:
     raise ValueError(f"VLEN {vlen} is not in {VLENS_FILE.name} (known: {known})")
 
 
+def parse_vlens_option(value: str, allow_all: bool = True) -> list[int]:
+    """A ``--vlens=`` value: VLENs of the table, comma-separated, or ``all``; a ValueError names the known ones."""
+    if allow_all and value == "all":
+        return [v.vlen for v in variants()]
+    return [by_vlen(int(item)).vlen for item in value.split(",") if item]
+
+
 def github_matrix() -> str:
     """The CI matrix as JSON, so the workflow's VLEN list comes from the same table."""
     rows = [{"vlen": v.vlen, "policy": "undisturbed"} for v in variants()]

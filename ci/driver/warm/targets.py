@@ -31,7 +31,7 @@ from .. import toolchain
 from ..errors import ConfigError, DriverError
 from ..paths import BUILD_DIR
 from ..toolchain.guest_commands import guest_env, guest_program
-from ..toolchain.vlens import Variant, by_vlen, variants
+from ..toolchain.vlens import Variant, by_vlen, parse_vlens_option, variants
 from . import guest as protocol
 
 WARM_DIR = BUILD_DIR / "warm"
@@ -103,11 +103,7 @@ def parse_posargs(posargs: Sequence[str]) -> Options:
         name, sep, value = arg.partition("=")
         if name == "--vlens" and sep:
             try:
-                vlen_list = (
-                    [v.vlen for v in variants()]
-                    if value == "all"
-                    else [by_vlen(int(v)).vlen for v in value.split(",") if v]
-                )
+                vlen_list = parse_vlens_option(value)
             except ValueError as err:
                 raise ConfigError(f"--vlens={value}: {err}") from err
         elif name == "--policies" and sep:
