@@ -283,7 +283,8 @@ def bench_check(session: nox.Session) -> None:
 
 
 def _register_torch_line_sessions(line: toolchain.TorchLine) -> None:
-    docs = testing.torch_line_runs.session_docs(line)
+    also_beside = ("test-sglang-quick",) if line.torch == SGLANG_TABLE.torch else ()
+    docs = testing.torch_line_runs.session_docs(line, also_beside)
 
     @_session(name=f"test-{line.name}", python=False, default=False, doc=docs["full"])
     def full(session: nox.Session) -> None:
@@ -292,7 +293,7 @@ def _register_torch_line_sessions(line: toolchain.TorchLine) -> None:
 
     @_session(name=f"test-{line.name}-quick", python=False, tags=["test"], default=False, timed=True, doc=docs["quick"])
     def quick(session: nox.Session) -> None:
-        cmd, env = testing.torch_line_runs.line_run(line, True, session.posargs)
+        cmd, env = testing.torch_line_runs.line_run(line, True, session.posargs, also_beside=also_beside)
         session.run(*cmd, env=env, external=True)
 
 
@@ -332,10 +333,18 @@ else:
         session.run(*cmd, env=env, external=True)
 
 
-@_session(name="test-sglang-quick", python=False, tags=["test"], default=False, timed=True)
+# On another torch line than the default, SGLang's share runs beside that line's quick run (test-<line>-quick),
+# not as a session of `nox -t test` after it.
+SGLANG_BESIDE_LINE_RUN = any(line.torch == SGLANG_TABLE.torch for line in toolchain.other_lines())
+
+
+@_session(
+    name="test-sglang-quick", python=False, tags=[] if SGLANG_BESIDE_LINE_RUN else ["test"], default=False, timed=True
+)
 def test_sglang_quick(session: nox.Session) -> None:
     """The share of `nox -t test` for SGLang's real package: the tests marked sglang in the riscv64 target at
-    VLEN 256, less those marked sglang_spawn (test-sglang runs them and adds the host)."""
+    VLEN 256, less those marked sglang_spawn (test-sglang runs them and adds the host). `nox -t test` runs it
+    beside the quick run of SGLang's torch line where that is not the default line."""
     posargs = session.posargs or sglang.session.QUICK_POSARGS
     cmd, env = testing.torch_line_runs.nested_run(SGLANG_TABLE.torch, ["test-sglang"], posargs)
     session.run(*cmd, env=env, external=True)

@@ -64,6 +64,11 @@ def test_the_host_side_sessions_run_beside_the_whole_matrix_only_unless_named():
     assert matrix.parse_posargs(["tests/test_runtime.py"]).beside == ()
     assert matrix.parse_posargs(["--beside=none"]).beside == ()
     assert matrix.parse_posargs(["--configs=vlen256", "--beside=bench-check"]).beside == ("bench-check",)
+    # SGLang's share may be named (a torch line's quick run does), but is never beside by default.
+    named = matrix.parse_posargs(["--configs=vlen256", "--beside=test-host,test-sglang-quick"])
+    assert named.beside == ("test-host", "test-sglang-quick")
+    with pytest.raises(ConfigError, match="test-sglang"):
+        matrix.parse_posargs(["--beside=test-sglang"])
 
 
 def test_sessions_beside_run_while_the_block_runs_and_their_output_is_printed(tmp_path, capsys):

@@ -58,6 +58,9 @@ def selection_env(config: Config) -> dict[str, str]:
 
 # The sessions of `nox -t test` that test-emulated runs beside its configurations (in this order).
 BESIDE = ("test-host", "test-toolchain", "sanitize", "install-test-quick", "bench-check")
+# Sessions --beside may name besides those: SGLang's share rides beside its torch line's quick run (see
+# torch_line_runs.quick_args), where it fills the core the one configuration leaves free.
+ALSO_BESIDE = ("test-sglang-quick",)
 
 
 @dataclass
@@ -93,11 +96,11 @@ def parse_posargs(posargs: Sequence[str]) -> Options:
             opts.configs = [known[c] for c in wanted]
         elif name == "--beside" and sep:
             beside = () if value == "none" else tuple(b for b in value.split(",") if b)
-            unknown = [b for b in beside if b not in BESIDE]
+            unknown = [b for b in beside if b not in (*BESIDE, *ALSO_BESIDE)]
             if unknown or (value != "none" and not beside):
                 raise ConfigError(
                     f"--beside={value}: unknown {', '.join(unknown) or '(none given)'}",
-                    f"choose from {', '.join(BESIDE)}, or none",
+                    f"choose from {', '.join((*BESIDE, *ALSO_BESIDE))}, or none",
                 )
         else:
             rest.append(arg)

@@ -17,23 +17,29 @@ from ..toolchain.torch_lines import TorchLine
 from ..toolchain.vlens import variant_independent_lane
 from .beside import nested_nox_command
 
-# test-emulated's options for the share of `nox -t test`: one configuration (the one that also runs the
+# test-emulated's sessions beside the share of `nox -t test`: one configuration (the one that also runs the
 # variant-independent tests), and beside it the host's portable build and the quick install test.
-QUICK_SHARE = ("--beside=test-host,install-test-quick",)
+QUICK_BESIDE = ("test-host", "install-test-quick")
 # The whole matrix of a line: every configuration, and beside them everything of `nox -t test` but
 # bench-check (instruction counts do not depend on the torch line; its baseline is the default line's).
 FULL_SHARE = ("--beside=test-host,test-toolchain,sanitize,install-test-quick",)
 
 
-def quick_args() -> tuple[str, ...]:
-    return (f"--configs=vlen{variant_independent_lane()}", *QUICK_SHARE)
+def quick_args(also_beside: Sequence[str] = ()) -> tuple[str, ...]:
+    """The quick share's options; ``also_beside``: more sessions for the beside process (test-sglang-quick on
+    SGLang's line: with one configuration in the pool, the beside process has a core of its own)."""
+    return (f"--configs=vlen{variant_independent_lane()}", f"--beside={','.join((*QUICK_BESIDE, *also_beside))}")
 
 
 def line_run(
-    line: TorchLine, quick: bool, posargs: Sequence[str], environ: Mapping[str, str] | None = None
+    line: TorchLine,
+    quick: bool,
+    posargs: Sequence[str],
+    environ: Mapping[str, str] | None = None,
+    also_beside: Sequence[str] = (),
 ) -> tuple[list[str], dict[str, str]]:
     """Command and environment of a line's run: test-emulated and summary, with the line selected."""
-    share = quick_args() if quick else FULL_SHARE
+    share = quick_args(also_beside) if quick else FULL_SHARE
     return nested_run(line.torch, ["test-emulated", "summary"], [*share, *posargs], environ)
 
 
@@ -46,11 +52,13 @@ def nested_run(
     return [*nested_nox_command(list(sessions)), "--", *posargs], env
 
 
-def session_docs(line: TorchLine) -> dict[str, str]:
+def session_docs(line: TorchLine, also_beside: Sequence[str] = ()) -> dict[str, str]:
+    also = f"; beside them {', '.join(also_beside)}" if also_beside else ""
     return {
         "full": f"Every test of `nox -t test` (but bench-check) against {line.describe()}: every VLEN and agnostic "
         f"lane under QEMU, the host's portable and sanitizer builds, the install test (RVV_ATTN_TORCH_LINE="
         f"{line.torch} for any other session).",
         "quick": f"The share of `nox -t test` for {line.describe()}: the suite at VLEN {variant_independent_lane()} "
-        "(with the variant-independent tests) under QEMU, the portable build on the host, the quick install test.",
+        "(with the variant-independent tests) under QEMU, the portable build on the host, the quick install test"
+        f"{also}.",
     }
