@@ -303,6 +303,10 @@ def test_guest_env_drops_the_host_environment():
     assert env["PATH"] == "/usr/bin:/bin" and env["PYTHONPATH"] == "/stage" and env["HOME"] == "/h"
     assert env["RVV_ATTN_VARIANT"] == "vlen128" and "VIRTUAL_ENV" not in env and env["TMPDIR"] == "/t"
     assert env["RVV_ATTN_EMULATED"] == "qemu-riscv64"  # the board benchmark labels its times with it
+    # Hypothesis's harvested constants are cached per user, not per checkout; a chosen place wins.
+    assert env["HYPOTHESIS_STORAGE_DIRECTORY"] == "/h/.cache/rvv-attn/hypothesis"
+    chosen = guest_commands.guest_env(None, Path("/t"), {"HOME": "/h", "HYPOTHESIS_STORAGE_DIRECTORY": "/hyp"})
+    assert chosen["HYPOTHESIS_STORAGE_DIRECTORY"] == "/hyp"
 
 
 def test_cross_wheel_args_use_the_toolchain_file_and_table_vlens():

@@ -6,14 +6,14 @@ import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from ..paths import BUILD_DIR
+from ..paths import BUILD_DIR, cache_root
 from .vlens import Variant
 
 # A CPU without V, for steps that run no kernel (byte-compiling).
 SCALAR_CPU = "rv64"
 # Variables passed from the host to the guest; the rest of the host
 # environment (a venv's PATH, PYTHONPATH, ...) means nothing there.
-PASS_THROUGH = ("HOME", "TERM", "COLUMNS", "HYPOTHESIS_PROFILE", "CI")
+PASS_THROUGH = ("HOME", "TERM", "COLUMNS", "HYPOTHESIS_PROFILE", "HYPOTHESIS_STORAGE_DIRECTORY", "CI")
 
 
 def guest_program(sysroot: Path, program: str) -> str:
@@ -41,6 +41,12 @@ def guest_env(
     env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "TMPDIR": str(tmpdir), "PYTHONDONTWRITEBYTECODE": "1"}
     # Tells programs their clock is QEMU's (python -m rvv_attn.benchmark labels its times emulated).
     env["RVV_ATTN_EMULATED"] = "qemu-riscv64"
+    # Hypothesis (forky's 6.155; trixie's 6.130 does not do this) harvests constants from the source of every
+    # imported module outside site-packages when pytest has collected a property test, and torch in the
+    # sysroot's dist-packages counts as such: ~2,200 files parsed under QEMU, about 2.5 min in each fresh clone
+    # while the cache was its .hypothesis/. The cache is keyed by each file's content (the tests keep no example
+    # database), so one per user serves every checkout and torch line.
+    env["HYPOTHESIS_STORAGE_DIRECTORY"] = str(cache_root(dict(host_env)) / "hypothesis")
     for name in PASS_THROUGH:
         if name in host_env:
             env[name] = host_env[name]
