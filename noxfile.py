@@ -144,7 +144,8 @@ def test_emulated(session: nox.Session) -> None:
     (variant_independent_lane in toolchains/vlens.json). Beside them, one more process runs test-host,
     test-toolchain, sanitize, install-test-quick and bench-check (nox -s ...). Options before the pytest arguments:
     --jobs=N (default: the number of cores, plus one while sessions run beside), --configs=vlen128,vlen1024-agnostic,
-    --beside=none (the default with --configs or pytest arguments) or --beside=sanitize,bench-check.
+    --beside=none (the default with --configs or pytest arguments) or --beside=sanitize,bench-check (each --beside
+    one more process).
     """
     testing.matrix.run_session(session, session.posargs)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -54,19 +55,23 @@ def test_options_are_split_from_pytest_arguments():
 
 def test_the_host_side_sessions_run_beside_the_whole_matrix_only_unless_named():
     assert matrix.parse_posargs([]).beside == (
-        "test-host",
-        "test-toolchain",
-        "sanitize",
-        "install-test-quick",
-        "bench-check",
+        (
+            "test-host",
+            "test-toolchain",
+            "sanitize",
+            "install-test-quick",
+            "bench-check",
+        ),
     )
     assert matrix.parse_posargs(["--configs=vlen256"]).beside == ()  # a narrowed run: just those configurations
     assert matrix.parse_posargs(["tests/test_runtime.py"]).beside == ()
     assert matrix.parse_posargs(["--beside=none"]).beside == ()
-    assert matrix.parse_posargs(["--configs=vlen256", "--beside=bench-check"]).beside == ("bench-check",)
-    # SGLang's share may be named (a torch line's quick run does), but is never beside by default.
-    named = matrix.parse_posargs(["--configs=vlen256", "--beside=test-host,test-sglang-quick"])
-    assert named.beside == ("test-host", "test-sglang-quick")
+    assert matrix.parse_posargs(["--configs=vlen256", "--beside=bench-check"]).beside == (("bench-check",),)
+    # Each --beside is one more process. SGLang's share may be named (a torch line's quick run does), but is
+    # never beside by default.
+    named = matrix.parse_posargs(["--configs=vlen256", "--beside=test-host,bench-check", "--beside=test-sglang-quick"])
+    assert named.beside == (("test-host", "bench-check"), ("test-sglang-quick",))
+    assert matrix.default_jobs(named.beside) == (os.cpu_count() or 1) + 1
     with pytest.raises(ConfigError, match="test-sglang"):
         matrix.parse_posargs(["--beside=test-sglang"])
 
@@ -267,4 +272,11 @@ def test_one_more_configuration_at_once_while_sessions_run_beside(monkeypatch):
     monkeypatch.setattr(matrix.os, "cpu_count", lambda: 2)
     assert matrix.default_jobs() == 2
     assert matrix.default_jobs(()) == 2
-    assert matrix.default_jobs(matrix.BESIDE) == 3
+    assert matrix.default_jobs((matrix.BESIDE,)) == 3
+    # Two processes beside (a torch line's quick run) still add one: that pool holds a single configuration.
+    assert matrix.default_jobs((("test-host",), ("test-sglang-quick",))) == 3
+
+
+def test_each_process_beside_writes_its_own_log():
+    assert matrix.beside_log(1).name == "beside.log"
+    assert matrix.beside_log(2).name == "beside-2.log" and matrix.beside_log(2).parent == matrix.beside_log(1).parent

@@ -29,9 +29,12 @@ def test_a_lines_quick_share_is_vlen256_with_the_host_and_install_checks_in_its_
     ]
     full, _ = torch_line_runs.line_run(FORKY, False, [])
     assert full[full.index("--") + 1 :] == ["--beside=test-host,test-toolchain,sanitize,install-test-quick"]
-    # SGLang's share rides in the beside process of its line's quick run, after the line's own sessions.
+    # SGLang's share runs in a second process beside its line's quick run.
     with_sglang, _ = torch_line_runs.line_run(FORKY, True, [], also_beside=["test-sglang-quick"])
-    assert with_sglang[with_sglang.index("--") + 1 :][1] == "--beside=test-host,install-test-quick,test-sglang-quick"
+    assert with_sglang[with_sglang.index("--") + 2 :] == [
+        "--beside=test-host,install-test-quick",
+        "--beside=test-sglang-quick",
+    ]
 
 
 def test_the_binfmt_line_matches_riscv64_elf_and_fixes_the_interpreter():

@@ -12,11 +12,14 @@ One report at the end names each failing configuration and test.
 The host-side sessions of `nox -t test` (``BESIDE``) run beside the pool as
 one more process: on 2 cores they fill the gaps the emulated configurations
 leave instead of running after them, each with its own sessions' output in
-build/results/test-emulated/beside.log, printed when they end.
+build/results/test-emulated/beside.log, printed when they end. Each
+``--beside`` option is one such process (a torch line's quick run, with one
+configuration in its pool, uses two).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
@@ -59,7 +62,7 @@ def selection_env(config: Config) -> dict[str, str]:
 # The sessions of `nox -t test` that test-emulated runs beside its configurations (in this order).
 BESIDE = ("test-host", "test-toolchain", "sanitize", "install-test-quick", "bench-check")
 # Sessions --beside may name besides those: SGLang's share rides beside its torch line's quick run (see
-# torch_line_runs.quick_args), where it fills the core the one configuration leaves free.
+# torch_line_runs.quick_args), where the one configuration leaves a core free.
 ALSO_BESIDE = ("test-sglang-quick",)
 
 
@@ -68,16 +71,17 @@ class Options:
     jobs: int = 0  # 0: one per core
     configs: list[Config] = field(default_factory=configurations)
     pytest_args: list[str] = field(default_factory=lambda: ["tests"])
-    beside: tuple[str, ...] = BESIDE
+    # One tuple of sessions per process beside the pool.
+    beside: tuple[tuple[str, ...], ...] = (BESIDE,)
 
 
 def parse_posargs(posargs: Sequence[str]) -> Options:
-    """``--jobs=N``, ``--configs=vlen128,vlen1024-agnostic``, ``--beside=none|sanitize,...``; anything else goes
-    to pytest (default: tests). Chosen configurations or pytest arguments mean no session beside, unless
-    ``--beside`` names some."""
+    """``--jobs=N``, ``--configs=vlen128,vlen1024-agnostic``, ``--beside=none|sanitize,...`` (each ``--beside``
+    one more process); anything else goes to pytest (default: tests). Chosen configurations or pytest arguments
+    mean no session beside, unless ``--beside`` names some."""
     opts = Options()
     rest: list[str] = []
-    beside: tuple[str, ...] | None = None
+    beside: list[tuple[str, ...]] | None = None
     known = {c.label: c for c in configurations()}
     for arg in posargs:
         name, sep, value = arg.partition("=")
@@ -95,19 +99,20 @@ def parse_posargs(posargs: Sequence[str]) -> Options:
                 )
             opts.configs = [known[c] for c in wanted]
         elif name == "--beside" and sep:
-            beside = () if value == "none" else tuple(b for b in value.split(",") if b)
-            unknown = [b for b in beside if b not in (*BESIDE, *ALSO_BESIDE)]
-            if unknown or (value != "none" and not beside):
+            group = () if value == "none" else tuple(b for b in value.split(",") if b)
+            unknown = [b for b in group if b not in (*BESIDE, *ALSO_BESIDE)]
+            if unknown or (value != "none" and not group):
                 raise ConfigError(
                     f"--beside={value}: unknown {', '.join(unknown) or '(none given)'}",
                     f"choose from {', '.join((*BESIDE, *ALSO_BESIDE))}, or none",
                 )
+            beside = [] if value == "none" else [*(beside or []), group]
         else:
             rest.append(arg)
     if rest:
         opts.pytest_args = rest
     narrowed = bool(rest) or len(opts.configs) != len(configurations())
-    opts.beside = beside if beside is not None else (() if narrowed else BESIDE)
+    opts.beside = tuple(beside) if beside is not None else (() if narrowed else (BESIDE,))
     return opts
 
 
@@ -228,7 +233,12 @@ def _tail(log: Path, count: int = 8) -> list[str]:
         return ["(no log)"]
 
 
-def default_jobs(beside: Sequence[str] = ()) -> int:
+def beside_log(number: int) -> Path:
+    """The output of the ``number``-th process beside the pool (from 1): beside.log, beside-2.log, ..."""
+    return BUILD_DIR / "results" / "test-emulated" / ("beside.log" if number == 1 else f"beside-{number}.log")
+
+
+def default_jobs(beside: Sequence[Sequence[str]] = ()) -> int:
     """Configurations at once: one per core, and one more while sessions run beside them.
 
     With a pool of one per core, the last configuration to start runs alone at the end while the other
@@ -252,9 +262,14 @@ def run_session(session: Session, posargs: Sequence[str]) -> None:
     )
     log(repro.warm_report(opts.configs))
     started = time.monotonic()
-    with sessions_beside(opts.beside) as beside:
+    with contextlib.ExitStack() as stack:
+        besides = [
+            stack.enter_context(sessions_beside(group, log_path=beside_log(number)))
+            for number, group in enumerate(opts.beside, 1)
+        ]
         results = run(opts.configs, command_factory(qemu_bin, root, stage, opts.pytest_args), jobs, log)
         print("\n".join(["", *report_lines(results, time.monotonic() - started, jobs)]), flush=True)
-    failed = [label(r.config) for r in results if not ok(r)] + [*beside.sessions] * beside.failed
+    failed = [label(r.config) for r in results if not ok(r)]
+    failed += [name for beside in besides if beside.failed for name in beside.sessions]
     if failed:
         session.error(f"failed: {', '.join(failed)} (failing tests above)")

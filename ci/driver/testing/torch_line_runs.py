@@ -26,9 +26,11 @@ FULL_SHARE = ("--beside=test-host,test-toolchain,sanitize,install-test-quick",)
 
 
 def quick_args(also_beside: Sequence[str] = ()) -> tuple[str, ...]:
-    """The quick share's options; ``also_beside``: more sessions for the beside process (test-sglang-quick on
-    SGLang's line: with one configuration in the pool, the beside process has a core of its own)."""
-    return (f"--configs=vlen{variant_independent_lane()}", f"--beside={','.join((*QUICK_BESIDE, *also_beside))}")
+    """The quick share's options; ``also_beside``: sessions for a second process beside the one configuration
+    (test-sglang-quick on SGLang's line), so that three processes share the two cores until the end instead
+    of the longer beside process running alone after the configuration."""
+    second = (f"--beside={','.join(also_beside)}",) if also_beside else ()
+    return (f"--configs=vlen{variant_independent_lane()}", f"--beside={','.join(QUICK_BESIDE)}", *second)
 
 
 def line_run(
@@ -53,7 +55,7 @@ def nested_run(
 
 
 def session_docs(line: TorchLine, also_beside: Sequence[str] = ()) -> dict[str, str]:
-    also = f"; beside them {', '.join(also_beside)}" if also_beside else ""
+    also = f"; in one more process beside them, {', '.join(also_beside)}" if also_beside else ""
     return {
         "full": f"Every test of `nox -t test` (but bench-check) against {line.describe()}: every VLEN and agnostic "
         f"lane under QEMU, the host's portable and sanitizer builds, the install test (RVV_ATTN_TORCH_LINE="
