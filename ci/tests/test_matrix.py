@@ -34,6 +34,17 @@ def test_exactly_one_undisturbed_configuration_runs_the_variant_independent_test
     assert set(envs.values()) == {"run", "deselect"}
 
 
+def test_no_configuration_of_the_matrix_runs_the_portable_build_but_test_vlen128_does(tmp_path):
+    from driver.testing import testrun
+
+    assert {matrix.selection_env(c)["RVV_ATTN_TEST_PORTABLE"] for c in matrix.configurations()} == {"0"}
+    lane = vlens.by_vlen(vlens.portable_lane())
+    (tmp_path / "usr/bin").mkdir(parents=True)
+    (tmp_path / "usr/bin/python3").touch()
+    _, env = testrun.emulated_pytest(Path("/q"), tmp_path, tmp_path, lane, ["tests"], tmp_path / "j.xml")
+    assert env["RVV_ATTN_TEST_PORTABLE"] == "1"
+
+
 def test_variant_independent_lane_must_be_in_the_table(tmp_path):
     table = tmp_path / "vlens.json"
     table.write_text(json.dumps({"vlens": [{"vlen": 128}, {"vlen": 256}], "variant_independent_lane": 512}))
