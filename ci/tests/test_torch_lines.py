@@ -16,7 +16,7 @@ FORKY = torch_lines.find("2.14")
 TRIXIE = torch_lines.default_line()
 
 
-def test_a_lines_quick_share_is_vlen256_with_the_host_and_install_checks_in_its_own_nox():
+def test_a_lines_quick_share_is_vlen256_with_the_install_check_in_its_own_nox():
     cmd, env = torch_line_runs.line_run(FORKY, True, ["-x"], environ={"HOME": "/h"})
     assert env == {"HOME": "/h", "RVV_ATTN_TORCH_LINE": "2.14"}
     sessions = cmd[cmd.index("--sessions") + 1 : cmd.index("--")]
@@ -24,7 +24,7 @@ def test_a_lines_quick_share_is_vlen256_with_the_host_and_install_checks_in_its_
     after = cmd[cmd.index("--") + 1 :]
     assert after == [
         f"--configs=vlen{vlens.variant_independent_lane()}",
-        "--beside=test-host,install-test-quick",
+        "--beside=install-test-quick",
         "-x",
     ]
     full, _ = torch_line_runs.line_run(FORKY, False, [])
@@ -32,7 +32,7 @@ def test_a_lines_quick_share_is_vlen256_with_the_host_and_install_checks_in_its_
     # SGLang's share runs in a second process beside its line's quick run.
     with_sglang, _ = torch_line_runs.line_run(FORKY, True, [], also_beside=["test-sglang-quick"])
     assert with_sglang[with_sglang.index("--") + 2 :] == [
-        "--beside=test-host,install-test-quick",
+        "--beside=install-test-quick",
         "--beside=test-sglang-quick",
     ]
 
