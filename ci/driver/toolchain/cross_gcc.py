@@ -24,7 +24,7 @@ from ..errors import ConfigError
 from ..paths import cache_lock, cache_root
 from ..proc import Stopwatch, log, run
 from . import archive, host_packages
-from .private_apt import KEYRING
+from .private_apt import KEYRING, apt_candidate
 
 VERSIONS = (14, 15, 16)
 # forky's clang, the one a forky board builds the sdist with (docs/release.md); its riscv64 headers and
@@ -133,15 +133,6 @@ def mmdebstrap_command(target: Path, archive_url: str, versions: Sequence[int] =
 
 def host_versions(which=shutil.which, versions: Sequence[int] = VERSIONS) -> list[int]:
     return [v for v in versions if which(driver_name(v))]
-
-
-def apt_candidate(policy_output: str) -> str | None:
-    """The version ``apt-cache policy <package>`` would install, or None."""
-    for line in policy_output.splitlines():
-        name, _, value = line.strip().partition(":")
-        if name == "Candidate":
-            return None if value.strip() in ("", "(none)") else value.strip()
-    return None
 
 
 def host_archive_offers(pkg: str) -> bool:

@@ -86,8 +86,13 @@ class PrivateApt:
         return dsc
 
     def candidate_version(self, package: str) -> str:
-        out = run(["apt-cache", *self.options(), "policy", package])
-        for line in out.splitlines():
-            if line.strip().startswith("Candidate:"):
-                return line.split(":", 1)[1].strip()
-        return "(none)"
+        return apt_candidate(run(["apt-cache", *self.options(), "policy", package])) or "(none)"
+
+
+def apt_candidate(policy_output: str) -> str | None:
+    """The version ``apt-cache policy <package>`` would install, or None."""
+    for line in policy_output.splitlines():
+        name, _, value = line.strip().partition(":")
+        if name == "Candidate":
+            return None if value.strip() in ("", "(none)") else value.strip()
+    return None
