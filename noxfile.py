@@ -283,8 +283,14 @@ def bench_check(session: nox.Session) -> None:
     bench.check_session(session, session.posargs)
 
 
+def _sglang_share_rides_on(line: toolchain.TorchLine) -> bool:
+    """SGLang's share of `nox -t test` runs beside the quick run of SGLang's line (lines other than the default
+    have one; ask only of those)."""
+    return line.torch == SGLANG_TABLE.torch
+
+
 def _register_torch_line_sessions(line: toolchain.TorchLine) -> None:
-    also_beside = ("test-sglang-quick",) if line.torch == SGLANG_TABLE.torch else ()
+    also_beside = ("test-sglang-quick",) if _sglang_share_rides_on(line) else ()
     docs = testing.torch_line_runs.session_docs(line, also_beside)
 
     @_session(name=f"test-{line.name}", python=False, default=False, doc=docs["full"])
@@ -336,7 +342,7 @@ else:
 
 # On another torch line than the default, SGLang's share runs beside that line's quick run (test-<line>-quick),
 # not as a session of `nox -t test` after it.
-SGLANG_BESIDE_LINE_RUN = any(line.torch == SGLANG_TABLE.torch for line in toolchain.other_lines())
+SGLANG_BESIDE_LINE_RUN = any(_sglang_share_rides_on(line) for line in toolchain.other_lines())
 
 
 @_session(

@@ -51,8 +51,9 @@ SERVER_POSARGS = ("--only=target", "-m", "sglang_server", "tests/test_sglang_ser
 # Hypothesis's pytest plugin, once it has collected any property test, harvests constants from the source of
 # every imported module it takes for the project's own: anything outside the venv's site-packages. In the
 # target's venv that is torch, SGLang and the sysroot's dist-packages (~3,500 files), parsed under QEMU: 4 min
-# in a fresh clone (cached per clone in .hypothesis/). No sglang-marked test uses Hypothesis, so the target
-# runs without that plugin; Hypothesis itself still works for any property test named on the command line.
+# whenever its cache (guest_env: one per user) lacks them, e.g. on a fresh machine or after a pin moves. No
+# sglang-marked test uses Hypothesis, so the target runs without that plugin and never pays it; Hypothesis
+# itself still works for any property test named on the command line.
 TARGET_PYTEST_OPTIONS = ("-p", "no:hypothesispytest")
 
 

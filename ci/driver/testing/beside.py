@@ -27,6 +27,11 @@ class Beside:
         return bool(self.sessions) and self.returncode != 0
 
 
+def beside_log(number: int = 1) -> Path:
+    """The output of the ``number``-th process beside the pool (from 1): beside.log, beside-2.log, ..."""
+    return BUILD_DIR / "results" / "test-emulated" / ("beside.log" if number == 1 else f"beside-{number}.log")
+
+
 def nested_nox_command(sessions: Sequence[str], noxfile: Path = PROJECT_ROOT / "noxfile.py") -> list[str]:
     """This nox (the interpreter running the noxfile) on ``sessions``, in the order given."""
     return [sys.executable, "-m", "nox", "--noxfile", str(noxfile), "--sessions", *sessions]
@@ -36,11 +41,12 @@ def nested_nox_command(sessions: Sequence[str], noxfile: Path = PROJECT_ROOT / "
 def sessions_beside(
     sessions: Sequence[str],
     report: Callable[[str], None] = log,
-    log_path: Path = BUILD_DIR / "results" / "test-emulated" / "beside.log",
+    log_path: Path | None = None,
     command: Sequence[str] | None = None,
 ) -> Iterator[Beside]:
     """Run ``sessions`` (nox, or ``command``) in the background while the block runs; after it, wait for them,
     print their output and set ``returncode``. An exception in the block stops them."""
+    log_path = log_path or beside_log()
     beside = Beside(tuple(sessions), log_path)
     if not sessions:
         yield beside

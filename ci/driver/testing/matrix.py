@@ -35,7 +35,7 @@ from ..session import Session
 from ..toolchain import vlens
 from ..warm import route
 from . import repro, testrun
-from .beside import sessions_beside
+from .beside import beside_log, sessions_beside
 
 Config = repro.Config
 
@@ -240,11 +240,6 @@ def _tail(log: Path, count: int = 8) -> list[str]:
         return log.read_text(errors="replace").splitlines()[-count:]
     except OSError:
         return ["(no log)"]
-
-
-def beside_log(number: int) -> Path:
-    """The output of the ``number``-th process beside the pool (from 1): beside.log, beside-2.log, ..."""
-    return BUILD_DIR / "results" / "test-emulated" / ("beside.log" if number == 1 else f"beside-{number}.log")
 
 
 def default_jobs(beside: Sequence[Sequence[str]] = ()) -> int:
