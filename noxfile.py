@@ -141,8 +141,8 @@ def test_emulated(session: nox.Session) -> None:
 
     Each configuration runs as in its test-vlenN[-agnostic] session, in its own process, log and JUnit XML
     (build/results/test-<configuration>/); the tests marked variant_independent run in one of them only
-    (variant_independent_lane in toolchains/vlens.json). Beside them, one more process runs test-host,
-    test-toolchain, sanitize, install-test-quick and bench-check (nox -s ...). Options before the pytest arguments:
+    (variant_independent_lane in toolchains/vlens.json). Beside them, two more processes run test-host and
+    sanitize, and test-toolchain, install-test-quick and bench-check (nox -s ...). Options before the pytest arguments:
     --jobs=N (default: the number of cores, plus one while sessions run beside), --configs=vlen128,vlen1024-agnostic,
     --beside=none (the default with --configs or pytest arguments) or --beside=sanitize,bench-check (each --beside
     one more process).

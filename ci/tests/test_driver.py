@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -141,6 +142,37 @@ def test_missing_packages_uses_marker_files(tmp_path):
 def test_privilege_prefix():
     assert host_packages.privilege_prefix(euid=0) == []
     assert host_packages.privilege_prefix(euid=1000, sudo="") is None
+
+
+def test_sessions_side_by_side_take_turns_with_apt_and_install_once(tmp_path, monkeypatch):
+    import threading
+
+    monkeypatch.setenv("RVV_ATTN_CACHE", str(tmp_path / "cache"))
+    marker = tmp_path / "installed"
+    running, runs, overlapped = threading.Event(), [], []
+
+    def fake_run(cmd, **_):
+        overlapped.append(running.is_set())
+        running.set()
+        time.sleep(0.2)  # long enough for the other thread to reach the lock
+        if cmd[-1] == "libfoo":
+            marker.touch()
+            runs.append(cmd)
+        running.clear()
+
+    monkeypatch.setattr(host_packages, "run", fake_run)
+    monkeypatch.setattr(host_packages, "privilege_prefix", lambda: [])
+    monkeypatch.setattr(host_packages, "read_os_release", lambda: host_packages.parse_os_release("ID=debian\n"))
+    monkeypatch.setattr(host_packages.shutil, "which", lambda name: f"/usr/bin/{name}")
+    threads = [
+        threading.Thread(target=host_packages.ensure_host_packages, args=({"libfoo": str(marker)},)) for _ in "ab"
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(runs) == 1, "the second session should find the package installed once it has its turn"
+    assert overlapped and not any(overlapped), "two apt-get runs overlapped"
 
 
 def test_install_command_is_noninteractive_apt():

@@ -17,10 +17,15 @@ from driver.testing.repro import Config
 from driver.toolchain import vlens
 
 
-def test_every_vlen_and_every_agnostic_lane_is_a_configuration():
+def test_every_vlen_and_the_test_runs_agnostic_lanes_are_configurations():
     labels = [c.label for c in matrix.configurations()]
     assert labels[: len(vlens.variants())] == [v.name for v in vlens.variants()]
-    assert labels[len(vlens.variants()) :] == [f"vlen{v}-agnostic" for v in vlens.agnostic_lane()]
+    assert labels[len(vlens.variants()) :] == [f"vlen{v}-agnostic" for v in vlens.test_agnostic_lane()]
+    assert vlens.test_agnostic_lane(), "`nox -t test` must run at least one VLEN with all-ones agnostic lanes"
+    # --configs may still name any VLEN with either policy (CI's lanes included).
+    known = {c.label for c in matrix.known_configurations()}
+    assert {f"vlen{v}-agnostic" for v in vlens.agnostic_lane()} <= known
+    assert len(known) == 2 * len(vlens.variants())
     # The same labels (and results folders) as the single sessions of each configuration.
     assert matrix.label(Config(512)) == "test-vlen512"
     assert matrix.label(Config(1024, True)) == "test-vlen1024-agnostic"
@@ -45,6 +50,18 @@ def test_no_configuration_of_the_matrix_runs_the_portable_build_but_test_vlen128
     assert env["RVV_ATTN_TEST_PORTABLE"] == "1"
 
 
+def test_the_test_runs_agnostic_lanes_are_some_of_cis(tmp_path):
+    table = tmp_path / "vlens.json"
+    table.write_text(json.dumps({"vlens": [{"vlen": 128}, {"vlen": 256}], "agnostic_lane": [128, 256]}))
+    assert vlens.test_agnostic_lane(table) == (128, 256)  # absent: all of CI's
+    other = tmp_path / "other.json"  # the table's readers cache by path
+    other.write_text(
+        json.dumps({"vlens": [{"vlen": 128}, {"vlen": 256}], "agnostic_lane": [256], "test_agnostic_lane": [128]})
+    )
+    with pytest.raises(ValueError, match=r"test_agnostic_lane \(128,\) in other.json is not a subset"):
+        vlens.test_agnostic_lane(other)
+
+
 def test_variant_independent_lane_must_be_in_the_table(tmp_path):
     table = tmp_path / "vlens.json"
     table.write_text(json.dumps({"vlens": [{"vlen": 128}, {"vlen": 256}], "variant_independent_lane": 512}))
@@ -65,15 +82,20 @@ def test_options_are_split_from_pytest_arguments():
 
 
 def test_the_host_side_sessions_run_beside_the_whole_matrix_only_unless_named():
+    # Two processes: the host builds in one, the sessions on the riscv64 cross build and its wheel in the other.
     assert matrix.parse_posargs([]).beside == (
-        (
-            "test-host",
-            "test-toolchain",
-            "sanitize",
-            "install-test-quick",
-            "bench-check",
-        ),
+        ("test-host", "sanitize"),
+        ("test-toolchain", "install-test-quick", "bench-check"),
     )
+    # Every session of `-t test`'s host side is in exactly one of them.
+    assert (
+        sorted(matrix.BESIDE)
+        == sorted(set(matrix.BESIDE))
+        == sorted(["test-host", "test-toolchain", "sanitize", "install-test-quick", "bench-check"])
+    )
+    # A narrowed run is one that differs from the default list of configurations, not only in its length.
+    same_count = [c.label for c in matrix.known_configurations()[-len(matrix.configurations()) :]]
+    assert matrix.parse_posargs([f"--configs={','.join(same_count)}"]).beside == ()
     assert matrix.parse_posargs(["--configs=vlen256"]).beside == ()  # a narrowed run: just those configurations
     assert matrix.parse_posargs(["tests/test_runtime.py"]).beside == ()
     assert matrix.parse_posargs(["--beside=none"]).beside == ()

@@ -9,7 +9,7 @@ import pytest
 
 from driver.errors import ConfigError
 from driver.release import native_build
-from driver.testing import torch_line_runs
+from driver.testing import matrix, torch_line_runs
 from driver.toolchain import binfmt, board_root, sysroot, torch_lines, vlens
 
 FORKY = torch_lines.find("2.14")
@@ -28,7 +28,13 @@ def test_a_lines_quick_share_is_vlen256_with_the_install_check_in_its_own_nox():
         "-x",
     ]
     full, _ = torch_line_runs.line_run(FORKY, False, [])
-    assert full[full.index("--") + 1 :] == ["--beside=test-host,test-toolchain,sanitize,install-test-quick"]
+    configs, beside = full[full.index("--") + 1 :]
+    assert beside == "--beside=test-host,test-toolchain,sanitize,install-test-quick"
+    # The whole run has every agnostic lane CI runs, also those `nox -t test` leaves out.
+    every = [f"vlen{v.vlen}" for v in vlens.variants()] + [f"vlen{v}-agnostic" for v in vlens.agnostic_lane()]
+    assert configs.removeprefix("--configs=").split(",") == every
+    assert set(vlens.agnostic_lane()) > set(vlens.test_agnostic_lane())
+    assert matrix.parse_posargs([configs]).configs != matrix.configurations()
     # SGLang's share runs in a second process beside its line's quick run.
     with_sglang, _ = torch_line_runs.line_run(FORKY, True, [], also_beside=["test-sglang-quick"])
     assert with_sglang[with_sglang.index("--") + 2 :] == [

@@ -9,12 +9,11 @@ kernel reachable, checked by the suite) run in one configuration only
 (``vlens.variant_independent_lane``); every other test runs in all of them.
 One report at the end names each failing configuration and test.
 
-The host-side sessions of `nox -t test` (``BESIDE``) run beside the pool as
-one more process: on 2 cores they fill the gaps the emulated configurations
-leave instead of running after them, each with its own sessions' output in
-build/results/test-emulated/beside.log, printed when they end. Each
-``--beside`` option is one such process (a torch line's quick run, with one
-configuration in its pool, uses two).
+The host-side sessions of `nox -t test` (``BESIDE_GROUPS``) run beside the
+pool as two more processes: on 2 cores they fill the gaps the emulated
+configurations leave instead of running after them, each with its sessions'
+output in build/results/test-emulated/beside.log (beside-2.log, ...), printed
+when they end. Each ``--beside`` option is one such process.
 """
 
 from __future__ import annotations
@@ -41,8 +40,14 @@ Config = repro.Config
 
 
 def configurations() -> list[Config]:
-    """Every VLEN with QEMU's default (undisturbed) policy, and the agnostic lanes of toolchains/vlens.json."""
-    return [Config(v.vlen) for v in vlens.variants()] + [Config(vlen, True) for vlen in vlens.agnostic_lane()]
+    """Every VLEN with QEMU's default (undisturbed) policy, and the agnostic lanes `nox -t test` runs
+    (``test_agnostic_lane`` of toolchains/vlens.json)."""
+    return [Config(v.vlen) for v in vlens.variants()] + [Config(vlen, True) for vlen in vlens.test_agnostic_lane()]
+
+
+def known_configurations() -> list[Config]:
+    """What ``--configs`` may name: every VLEN with either policy."""
+    return [Config(v.vlen, agnostic) for agnostic in (False, True) for v in vlens.variants()]
 
 
 def label(config: Config) -> str:
@@ -68,8 +73,13 @@ def selection_env(config: Config) -> dict[str, str]:
     }
 
 
-# The sessions of `nox -t test` that test-emulated runs beside its configurations (in this order).
-BESIDE = ("test-host", "test-toolchain", "sanitize", "install-test-quick", "bench-check")
+# The sessions of `nox -t test` that test-emulated runs beside its configurations: two processes, each running
+# its group in order. One chain of all five outlasted the pool (~14.5 of `-t test`'s ~19 min) and then ran
+# alone with a core idle. The host builds (test-host, sanitize) go in one, the sessions on the riscv64 cross
+# build and its wheel (test-toolchain, install-test-quick, bench-check) in the other, so no two processes
+# build in one folder.
+BESIDE_GROUPS = (("test-host", "sanitize"), ("test-toolchain", "install-test-quick", "bench-check"))
+BESIDE = tuple(name for group in BESIDE_GROUPS for name in group)
 # Sessions --beside may name besides those: SGLang's share rides beside its torch line's quick run (see
 # torch_line_runs.quick_args), where the one configuration leaves a core free.
 ALSO_BESIDE = ("test-sglang-quick",)
@@ -81,7 +91,7 @@ class Options:
     configs: list[Config] = field(default_factory=configurations)
     pytest_args: list[str] = field(default_factory=lambda: ["tests"])
     # One tuple of sessions per process beside the pool.
-    beside: tuple[tuple[str, ...], ...] = (BESIDE,)
+    beside: tuple[tuple[str, ...], ...] = BESIDE_GROUPS
 
 
 def parse_posargs(posargs: Sequence[str]) -> Options:
@@ -91,7 +101,7 @@ def parse_posargs(posargs: Sequence[str]) -> Options:
     opts = Options()
     rest: list[str] = []
     beside: list[tuple[str, ...]] | None = None
-    known = {c.label: c for c in configurations()}
+    known = {c.label: c for c in known_configurations()}
     for arg in posargs:
         name, sep, value = arg.partition("=")
         if name == "--jobs" and sep:
@@ -120,8 +130,8 @@ def parse_posargs(posargs: Sequence[str]) -> Options:
             rest.append(arg)
     if rest:
         opts.pytest_args = rest
-    narrowed = bool(rest) or len(opts.configs) != len(configurations())
-    opts.beside = tuple(beside) if beside is not None else (() if narrowed else (BESIDE,))
+    narrowed = bool(rest) or opts.configs != configurations()
+    opts.beside = tuple(beside) if beside is not None else (() if narrowed else BESIDE_GROUPS)
     return opts
 
 

@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 
 from ..paths import LINE_ENV
 from ..toolchain.torch_lines import TorchLine
-from ..toolchain.vlens import variant_independent_lane
+from ..toolchain.vlens import agnostic_lane, variant_independent_lane, variants
 from .beside import nested_nox_command
 
 # test-emulated's sessions beside the share of `nox -t test`: one configuration (the one that also runs the
@@ -23,9 +23,15 @@ from .beside import nested_nox_command
 # whole run (test-torch2.14, CI's torch-line job): in a fresh clone its venv alone installs the CUDA build of
 # torch (5.5 GB), and it took 3 min 16 s of the share's 5 min 38 s.
 QUICK_BESIDE = ("install-test-quick",)
-# The whole matrix of a line: every configuration, and beside them everything of `nox -t test` but
-# bench-check (instruction counts do not depend on the torch line; its baseline is the default line's).
-FULL_SHARE = ("--beside=test-host,test-toolchain,sanitize,install-test-quick",)
+# Beside the whole matrix of a line: everything of `nox -t test` but bench-check (instruction counts do not
+# depend on the torch line; its baseline is the default line's).
+FULL_BESIDE = ("test-host", "test-toolchain", "sanitize", "install-test-quick")
+
+
+def full_args() -> tuple[str, ...]:
+    """The whole run's options: every VLEN and every agnostic lane CI runs (more than `nox -t test`'s)."""
+    configs = [f"vlen{v.vlen}" for v in variants()] + [f"vlen{vlen}-agnostic" for vlen in agnostic_lane()]
+    return (f"--configs={','.join(configs)}", f"--beside={','.join(FULL_BESIDE)}")
 
 
 def quick_args(also_beside: Sequence[str] = ()) -> tuple[str, ...]:
@@ -44,7 +50,7 @@ def line_run(
     also_beside: Sequence[str] = (),
 ) -> tuple[list[str], dict[str, str]]:
     """Command and environment of a line's run: test-emulated and summary, with the line selected."""
-    share = quick_args(also_beside) if quick else FULL_SHARE
+    share = quick_args(also_beside) if quick else full_args()
     return nested_run(line.torch, ["test-emulated", "summary"], [*share, *posargs], environ)
 
 

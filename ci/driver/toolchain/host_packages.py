@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import MissingPrerequisite
+from ..paths import cache_lock
 from ..proc import Stopwatch, log, quote, run
 
 # Package -> a file whose presence shows it is installed (works without dpkg too).
@@ -79,7 +80,19 @@ def install_command(prefix: list[str], packages: list[str]) -> list[list[str]]:
 
 
 def ensure_host_packages(packages: dict[str, str] = HOST_PACKAGES) -> None:
-    """Install clang-19, lld-19, mmdebstrap and the Debian keyring (or ``packages``) if absent."""
+    """Install clang-19, lld-19, mmdebstrap and the Debian keyring (or ``packages``) if absent.
+
+    Sessions that run side by side (test-emulated's processes beside the pool) may each need packages on a
+    fresh machine; apt-get refuses to start while another holds its lock, so they take turns, and each looks
+    again once it has its turn.
+    """
+    if not missing_packages(packages):
+        return
+    with cache_lock("apt"):
+        _install_missing(packages)
+
+
+def _install_missing(packages: dict[str, str]) -> None:
     missing = missing_packages(packages)
     if not missing:
         return
