@@ -91,6 +91,8 @@ ARGUMENTS: dict[str, Callable[[], tuple]] = {
     "decode_attention_int8_cpu": _int8_decode_args,
     "extend_attention_int8_cpu": _int8_extend_args,
     "flash_attn_varlen_func": _varlen_args,
+    "fp8_e4m3_quantize": lambda: (torch.randn(3, 5, generator=torch.Generator().manual_seed(10)), 0.5),
+    "fp8_e4m3_dequantize": lambda: (torch.arange(0, 250, 17, dtype=torch.uint8), 2.0, torch.bfloat16),
 }
 SGL_KERNEL_NAMES = list(rvv_attn.sglang.REGISTERED)
 

@@ -221,6 +221,24 @@ struct FiniteScanParams {
   int64_t stride_t, stride_h, heads, dim;
 };
 
+// The float8_e4m3fn conversion operators, over ``count`` contiguous
+// elements (src and dst do not overlap):
+// dequantize: dst (dtype) = e4m3(src) * scale in float32, narrowed to dtype
+//   with round-to-nearest-even;
+// quantize: dst = e4m3(x / scale), as SGLang's fp8 pool quantizes: x / scale
+//   computed in float32 and rounded to src's dtype (the pool divides in
+//   place), then torch's conversion, whose overflow saturates to +-448 or
+//   gives NaN as ``saturate`` says (vec.h, f32_to_e4m3).
+// scale is finite and > 0 (checked by the binding).
+struct Fp8ConvertParams {
+  DType dtype;  // of the float side
+  int64_t count;
+  const void* src;
+  void* dst;
+  float scale;
+  bool saturate;
+};
+
 // One compiled variant: the portable build or an RVV build for one VLEN.
 struct KernelTable {
   const char* name;  // "portable", "vlen256", ...
@@ -240,6 +258,8 @@ struct KernelTable {
   // Position (i * heads + h) * dim + d of the first element (in that order)
   // that is not finite (inf or NaN); -1 when every element is finite.
   int64_t (*first_non_finite)(const FiniteScanParams&);
+  void (*fp8_dequantize)(const Fp8ConvertParams&, const ThreadPool&);
+  void (*fp8_quantize)(const Fp8ConvertParams&, const ThreadPool&);
   // Tokens per decode KV block (one online-softmax step): tests aim at it.
   int64_t decode_block_tokens;
 };

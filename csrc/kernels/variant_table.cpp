@@ -17,6 +17,8 @@ void extend_attention(const rvv_attn::ExtendParams&, const rvv_attn::ThreadPool&
 void write_kv_int8(const rvv_attn::KvQuantWriteParams&, const rvv_attn::ThreadPool&);
 int64_t first_unusable_scale(const rvv_attn::ScaleScanParams&);
 int64_t first_non_finite(const rvv_attn::FiniteScanParams&);
+void fp8_dequantize(const rvv_attn::Fp8ConvertParams&, const rvv_attn::ThreadPool&);
+void fp8_quantize(const rvv_attn::Fp8ConvertParams&, const rvv_attn::ThreadPool&);
 
 const rvv_attn::KernelTable& kernel_table() {
   static const rvv_attn::KernelTable table{
@@ -30,6 +32,8 @@ const rvv_attn::KernelTable& kernel_table() {
       &write_kv_int8,
       &first_unusable_scale,
       &first_non_finite,
+      &fp8_dequantize,
+      &fp8_quantize,
       static_cast<int64_t>(vec::kBlockN),
   };
   return table;

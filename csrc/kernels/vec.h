@@ -192,6 +192,51 @@ inline uint16_t f32_to_f16(float x) {
   return static_cast<uint16_t>(r | sign);
 }
 
+// float8_e4m3fn (sign, 4 exponent bits with bias 7, 3 mantissa bits; no
+// infinity, S.1111.111 is NaN; largest finite 448), as torch defines it.
+// The 7 magnitude bits placed at float32's bit positions 26..20 read as the
+// value times 2^-120, normals and subnormals alike (an e4m3 subnormal lands
+// on a float32 subnormal, exactly), so one exact multiply rebiases both.
+// NaN comes out with torch's bits (0x7ff00000 and the sign).
+constexpr float kE4m3Rebias = 0x1p120f;
+constexpr uint32_t kE4m3NanMagnitude = 0x7fu;
+inline float e4m3_to_f32(uint8_t b) {
+  const uint32_t mag = static_cast<uint32_t>(b & 0x7fu);
+  const uint32_t sign = static_cast<uint32_t>(b & 0x80u) << 24;
+  if (mag == kE4m3NanMagnitude) return bits_f32(0x7ff00000u | sign);
+  return bits_f32(f32_bits(bits_f32(mag << 20) * kE4m3Rebias) | sign);
+}
+
+// float32 -> float8_e4m3fn as torch converts (c10's fp8e4m3fn_from_fp32_value):
+// round to nearest even; NaN stays NaN (sign kept). Above the largest finite
+// value torch has two behaviours, so the caller says which: in newer torch
+// (2.13 and 2.14 here) a magnitude that rounds past 448 (from just above
+// 464) and infinities saturate to +-448 (``saturate``); in older torch (2.6,
+// Debian trixie's) they become NaN.
+inline uint8_t f32_to_e4m3(float x, bool saturate) {
+  const uint32_t u = f32_bits(x);
+  const uint8_t sign = static_cast<uint8_t>((u >> 24) & 0x80u);
+  const uint32_t a = u & 0x7fffffffu;
+  uint32_t r;
+  if (a > 0x7f800000u) {
+    r = kE4m3NanMagnitude;
+  } else if (a >= 0x43f00000u) {  // 480 and up, infinity
+    r = saturate ? kE4m3NanMagnitude - 1 : kE4m3NanMagnitude;
+  } else if (a < 0x3c800000u) {
+    // Below 2^-6, e4m3's subnormal range (or zero): adding 2^14 rounds the
+    // value to a multiple of 2^-9, the subnormal spacing, by the FPU's own
+    // round-to-nearest-even; the low bits are then the e4m3 code.
+    r = f32_bits(bits_f32(a) + 0x1p14f) - 0x46800000u;
+  } else {
+    // Rebias 127 -> 7, round the 20 dropped mantissa bits to nearest even
+    // (a mantissa carry bumps the exponent, as it should; past 448 it
+    // reaches the NaN code).
+    r = (a - 0x3c000000u + 0x7ffffu + ((a >> 20) & 1u)) >> 20;
+    if (saturate && r == kE4m3NanMagnitude) r = kE4m3NanMagnitude - 1;
+  }
+  return static_cast<uint8_t>(r | sign);
+}
+
 // ---------------------------------------------------------------------------
 // exp: range reduction x = n*ln2 + r, |r| <= ln2/2, then a degree-7 Taylor
 // polynomial for e^r (truncation r^8/8! < 5.3e-9 relative) and 2^n built in

@@ -182,6 +182,19 @@ struct Int8Traits {
   }
 };
 
+// float8_e4m3fn codes, lane by lane with vec.h's scalar conversions.
+struct E4m3Codes {
+  using Elem = uint8_t;
+  static VF load(const Elem* p, size_t vl) {
+    VF r{};
+    for (size_t i = 0; i < vl; ++i) r.v[i] = e4m3_to_f32(p[i]);
+    return r;
+  }
+  static void store(Elem* p, const VF& x, bool saturate, size_t vl) {
+    for (size_t i = 0; i < vl; ++i) p[i] = f32_to_e4m3(x.v[i], saturate);
+  }
+};
+
 // ---------------------------------------------------------------------------
 // Wide vectors.
 struct VW {

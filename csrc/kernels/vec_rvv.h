@@ -254,6 +254,59 @@ struct Int8Traits {
 };
 
 // ---------------------------------------------------------------------------
+// float8_e4m3fn codes (vec.h's e4m3_to_f32 / f32_to_e4m3, every case
+// computed, then selected), one code per 32-bit word.
+namespace detail {
+inline VF widen_e4m3_words(vuint32m4_t w, size_t vl) {
+  // The code to the top byte, then arithmetically back by 4: the sign stays
+  // in bit 31, the magnitude lands on bits 26..20, and the mask clears the
+  // copies of the sign in 30..27.
+  const vint32m4_t top = __riscv_vreinterpret_v_u32m4_i32m4(__riscv_vsll_vx_u32m4(w, 24, vl));
+  const vuint32m4_t placed =
+      __riscv_vand_vx_u32m4(__riscv_vreinterpret_v_i32m4_u32m4(__riscv_vsra_vx_i32m4(top, 4, vl)), 0x87f00000u, vl);
+  const vuint32m4_t value = __riscv_vreinterpret_v_f32m4_u32m4(
+      __riscv_vfmul_vf_f32m4(__riscv_vreinterpret_v_u32m4_f32m4(placed), kE4m3Rebias, vl));
+  const VMask nan =
+      __riscv_vmseq_vx_u32m4_b8(__riscv_vand_vx_u32m4(placed, 0x7fffffffu, vl), kE4m3NanMagnitude << 20, vl);
+  return __riscv_vreinterpret_v_u32m4_f32m4(
+      __riscv_vmerge_vvm_u32m4(value, __riscv_vor_vx_u32m4(placed, 0x7ff00000u, vl), nan, vl));
+}
+inline vuint32m4_t narrow_e4m3_words(VF x, bool saturate, size_t vl) {
+  const vuint32m4_t u = __riscv_vreinterpret_v_f32m4_u32m4(x);
+  const vuint32m4_t sign = __riscv_vand_vx_u32m4(__riscv_vsrl_vx_u32m4(u, 24, vl), 0x80u, vl);
+  const vuint32m4_t a = __riscv_vand_vx_u32m4(u, 0x7fffffffu, vl);
+  // normal range: rebias, round to nearest even
+  const vuint32m4_t lsb = __riscv_vand_vx_u32m4(__riscv_vsrl_vx_u32m4(a, 20, vl), 1u, vl);
+  vuint32m4_t r = __riscv_vsrl_vx_u32m4(
+      __riscv_vadd_vv_u32m4(__riscv_vadd_vx_u32m4(a, 0x7ffffu - 0x3c000000u, vl), lsb, vl), 20, vl);
+  // subnormal range: the FPU rounds to the subnormal spacing
+  const VF shifted = __riscv_vfadd_vf_f32m4(__riscv_vreinterpret_v_u32m4_f32m4(a), 0x1p14f, vl);
+  const vuint32m4_t sub = __riscv_vsub_vx_u32m4(__riscv_vreinterpret_v_f32m4_u32m4(shifted), 0x46800000u, vl);
+  r = __riscv_vmerge_vvm_u32m4(r, sub, __riscv_vmsltu_vx_u32m4_b8(a, 0x3c800000u, vl), vl);
+  // past 448: saturate (a rounding into the NaN code, and every larger
+  // value, leave codes >= 0x7f) or NaN
+  if (saturate) {
+    r = __riscv_vminu_vx_u32m4(r, kE4m3NanMagnitude - 1, vl);
+  } else {
+    r = __riscv_vmerge_vxm_u32m4(r, kE4m3NanMagnitude, __riscv_vmsgeu_vx_u32m4_b8(a, 0x43f00000u, vl), vl);
+  }
+  r = __riscv_vmerge_vxm_u32m4(r, kE4m3NanMagnitude, __riscv_vmsgtu_vx_u32m4_b8(a, 0x7f800000u, vl), vl);
+  return __riscv_vor_vv_u32m4(r, sign, vl);
+}
+}  // namespace detail
+
+struct E4m3Codes {
+  using Elem = uint8_t;
+  static VF load(const Elem* p, size_t vl) {
+    return detail::widen_e4m3_words(__riscv_vzext_vf4_u32m4(__riscv_vle8_v_u8m1(p, vl), vl), vl);
+  }
+  static void store(Elem* p, VF x, bool saturate, size_t vl) {
+    const vuint16m2_t half = __riscv_vnsrl_wx_u16m2(detail::narrow_e4m3_words(x, saturate, vl), 0, vl);
+    __riscv_vse8_v_u8m1(p, __riscv_vnsrl_wx_u8m1(half, 0, vl), vl);
+  }
+};
+
+// ---------------------------------------------------------------------------
 // Wide vectors: LMUL 8.
 using VW = vfloat32m8_t;
 inline size_t setvl_wide(size_t n) { return __riscv_vsetvl_e32m8(n); }

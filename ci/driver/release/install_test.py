@@ -44,6 +44,14 @@ NO_VECTOR = "novector"
 # first VLEN of the table the detection and variant checks. The whole suite
 # in every configuration is `nox -s install-test` (and its CI jobs); the
 # tree-based test-vlen sessions run the whole suite at every VLEN.
+# Left out at the first VLEN: the two checks that start a second emulated interpreter (a ~20 s torch import
+# each, most of that configuration's time with the board checks). `nox -t test` runs both on the same sources in
+# test-emulated (its VLEN 128 configuration; a torch line's share at VLEN 256 runs the first); the whole install
+# test runs them against the installed wheel at every VLEN.
+QUICK_SECOND_INTERPRETER = (
+    "tests/test_runtime.py::test_forcing_this_vlens_build_on_another_vlen_fails_cleanly_in_a_fresh_process",
+    "tests/test_packaging.py::test_riscv_hwprobe_reports_zvfh_when_the_cpu_has_it",
+)
 QUICK_SELECTION: dict[str, tuple[str, ...]] = {
     NO_VECTOR: (
         "tests/test_runtime.py",
@@ -53,7 +61,12 @@ QUICK_SELECTION: dict[str, tuple[str, ...]] = {
         "tests/test_int8_kv_cache.py",
     ),
     # ... and the board checks' script (ci/board/) with the benchmark's smoke plan, as a board runs them.
-    "first-vlen": ("tests/test_runtime.py", "tests/test_packaging.py", "tests/test_board_checks.py"),
+    "first-vlen": (
+        "tests/test_runtime.py",
+        "tests/test_packaging.py",
+        "tests/test_board_checks.py",
+        *(f"--deselect={test}" for test in QUICK_SECOND_INTERPRETER),
+    ),
 }
 
 
