@@ -20,8 +20,8 @@ from driver.toolchain import vlens
 def test_every_vlen_and_the_test_runs_agnostic_lanes_are_configurations():
     labels = [c.label for c in matrix.configurations()]
     assert labels[: len(vlens.variants())] == [v.name for v in vlens.variants()]
-    assert labels[len(vlens.variants()) :] == [f"vlen{v}-agnostic" for v in vlens.test_agnostic_lane()]
-    assert vlens.test_agnostic_lane(), "`nox -t test` must run at least one VLEN with all-ones agnostic lanes"
+    assert labels[len(vlens.variants()) :] == [f"vlen{v}-agnostic" for v in vlens.agnostic_lane_in_test_tag()]
+    assert vlens.agnostic_lane_in_test_tag(), "`nox -t test` must run at least one VLEN with all-ones agnostic lanes"
     # --configs may still name any VLEN with either policy (CI's lanes included).
     known = {c.label for c in matrix.known_configurations()}
     assert {f"vlen{v}-agnostic" for v in vlens.agnostic_lane()} <= known
@@ -53,13 +53,13 @@ def test_no_configuration_of_the_matrix_runs_the_portable_build_but_test_vlen128
 def test_the_test_runs_agnostic_lanes_are_some_of_cis(tmp_path):
     table = tmp_path / "vlens.json"
     table.write_text(json.dumps({"vlens": [{"vlen": 128}, {"vlen": 256}], "agnostic_lane": [128, 256]}))
-    assert vlens.test_agnostic_lane(table) == (128, 256)  # absent: all of CI's
+    assert vlens.agnostic_lane_in_test_tag(table) == (128, 256)  # absent: all of CI's
     other = tmp_path / "other.json"  # the table's readers cache by path
     other.write_text(
         json.dumps({"vlens": [{"vlen": 128}, {"vlen": 256}], "agnostic_lane": [256], "test_agnostic_lane": [128]})
     )
     with pytest.raises(ValueError, match=r"test_agnostic_lane \(128,\) in other.json is not a subset"):
-        vlens.test_agnostic_lane(other)
+        vlens.agnostic_lane_in_test_tag(other)
 
 
 def test_variant_independent_lane_must_be_in_the_table(tmp_path):

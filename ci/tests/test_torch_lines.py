@@ -33,7 +33,7 @@ def test_a_lines_quick_share_is_vlen256_with_the_install_check_in_its_own_nox():
     # The whole run has every agnostic lane CI runs, also those `nox -t test` leaves out.
     every = [f"vlen{v.vlen}" for v in vlens.variants()] + [f"vlen{v}-agnostic" for v in vlens.agnostic_lane()]
     assert configs.removeprefix("--configs=").split(",") == every
-    assert set(vlens.agnostic_lane()) > set(vlens.test_agnostic_lane())
+    assert set(vlens.agnostic_lane()) > set(vlens.agnostic_lane_in_test_tag())
     assert matrix.parse_posargs([configs]).configs != matrix.configurations()
     # SGLang's share runs in a second process beside its line's quick run.
     with_sglang, _ = torch_line_runs.line_run(FORKY, True, [], also_beside=["test-sglang-quick"])

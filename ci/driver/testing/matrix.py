@@ -42,7 +42,9 @@ Config = repro.Config
 def configurations() -> list[Config]:
     """Every VLEN with QEMU's default (undisturbed) policy, and the agnostic lanes `nox -t test` runs
     (``test_agnostic_lane`` of toolchains/vlens.json)."""
-    return [Config(v.vlen) for v in vlens.variants()] + [Config(vlen, True) for vlen in vlens.test_agnostic_lane()]
+    return [Config(v.vlen) for v in vlens.variants()] + [
+        Config(vlen, True) for vlen in vlens.agnostic_lane_in_test_tag()
+    ]
 
 
 def known_configurations() -> list[Config]:

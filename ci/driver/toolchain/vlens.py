@@ -70,7 +70,7 @@ def agnostic_lane(path: Path = VLENS_FILE) -> tuple[int, ...]:
 
 
 @cache
-def test_agnostic_lane(path: Path = VLENS_FILE) -> tuple[int, ...]:
+def agnostic_lane_in_test_tag(path: Path = VLENS_FILE) -> tuple[int, ...]:
     """The agnostic lanes `nox -t test` runs too: a subset of ``agnostic_lane``.
 
     Each costs one more emulated configuration (VLEN 1024's ~400 s of one core, 128's ~290 s), and `-t test`
