@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from driver.errors import ConfigError
+from driver.paths import cache_root
 from driver.toolchain import build, vlens
 from driver.warm import targets as warm
 
@@ -269,7 +270,13 @@ def test_cross_wheel_args_pass_the_vlens_and_the_compiler_cache():
     assert "cmake.define.RVV_ATTN_VLENS=256" in args
     assert args[0] == "wheel" and "cmake.define.CMAKE_CXX_COMPILER_LAUNCHER=ccache" in args
     env = build.compiler_cache_env(Path("/src"))
-    assert env["CCACHE_BASEDIR"] == "/src" and env["CCACHE_DIR"].endswith("rvv-attn/ccache")
+    # Under the project's cache, wherever the user put it (RVV_ATTN_CACHE, XDG_CACHE_HOME or ~/.cache).
+    assert env["CCACHE_BASEDIR"] == "/src" and env["CCACHE_DIR"] == str(cache_root() / "ccache")
+
+
+def test_the_compiler_cache_follows_rvv_attn_cache(monkeypatch, tmp_path):
+    monkeypatch.setenv("RVV_ATTN_CACHE", str(tmp_path))
+    assert build.compiler_cache_env(Path("/src"))["CCACHE_DIR"] == str(tmp_path / "ccache")
 
 
 def test_full_build_is_current_only_with_nothing_to_compile_and_a_newer_wheel(tmp_path, monkeypatch):
