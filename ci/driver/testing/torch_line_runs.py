@@ -16,6 +16,7 @@ from ..paths import LINE_ENV
 from ..toolchain.torch_lines import TorchLine
 from ..toolchain.vlens import agnostic_lane, variant_independent_lane, variants
 from .beside import nested_nox_command
+from .repro import Config
 
 # test-emulated's sessions beside the share of `nox -t test`: one configuration (the one that also runs the
 # variant-independent tests), and beside it the quick install test (the installed wheel on this line's Python,
@@ -30,8 +31,8 @@ FULL_BESIDE = ("test-host", "test-toolchain", "sanitize", "install-test-quick")
 
 def full_args() -> tuple[str, ...]:
     """The whole run's options: every VLEN and every agnostic lane CI runs (more than `nox -t test`'s)."""
-    configs = [f"vlen{v.vlen}" for v in variants()] + [f"vlen{vlen}-agnostic" for vlen in agnostic_lane()]
-    return (f"--configs={','.join(configs)}", f"--beside={','.join(FULL_BESIDE)}")
+    configs = [Config(v.vlen) for v in variants()] + [Config(vlen, True) for vlen in agnostic_lane()]
+    return (f"--configs={','.join(c.label for c in configs)}", f"--beside={','.join(FULL_BESIDE)}")
 
 
 def quick_args(also_beside: Sequence[str] = ()) -> tuple[str, ...]:
