@@ -67,6 +67,24 @@ def _int8_extend_args() -> tuple:
     return tuple(t.args().values())
 
 
+# fp8 caches as the uint8 tensors SGLang stores them in: opcheck's schema test compares tensors with
+# arithmetic torch does not implement for float8_e4m3fn.
+def _fp8_decode_args() -> tuple:
+    c = decode_case([4, 9], 4, 2, 16, 8, torch.float32, 2, seed=11)
+    g = torch.Generator().manual_seed(12)
+    c.k_buffer = torch.randn(c.k_buffer.shape, generator=g).to(torch.float8_e4m3fn).view(torch.uint8)
+    c.v_buffer = torch.randn(c.v_buffer.shape, generator=g).to(torch.float8_e4m3fn).view(torch.uint8)
+    return (*c.args(), 0.5, 0.25)
+
+
+def _fp8_extend_args() -> tuple:
+    inputs = ExtendCase(prefix=[5, 2], extend=[3, 4], head_dim=32, head_dim_v=32, seed=13).build().inputs
+    g = torch.Generator().manual_seed(14)
+    for name in ("k_buffer", "v_buffer"):
+        inputs[name] = torch.randn(inputs[name].shape, generator=g).to(torch.float8_e4m3fn).view(torch.uint8)
+    return (*inputs.values(), 0.5, 0.25)
+
+
 # Operator name -> a function making small valid positional arguments. The
 # same arguments serve the sgl_kernel name of an operator (same argument order).
 ARGUMENTS: dict[str, Callable[[], tuple]] = {
@@ -90,6 +108,8 @@ ARGUMENTS: dict[str, Callable[[], tuple]] = {
     "extend_attention_cpu": _extend_args,
     "decode_attention_int8_cpu": _int8_decode_args,
     "extend_attention_int8_cpu": _int8_extend_args,
+    "decode_attention_fp8_cpu": _fp8_decode_args,
+    "extend_attention_fp8_cpu": _fp8_extend_args,
     "flash_attn_varlen_func": _varlen_args,
     "fp8_e4m3_quantize": lambda: (torch.randn(3, 5, generator=torch.Generator().manual_seed(10)), 0.5),
     "fp8_e4m3_dequantize": lambda: (torch.arange(0, 250, 17, dtype=torch.uint8), 2.0, torch.bfloat16),

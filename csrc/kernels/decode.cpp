@@ -81,6 +81,7 @@ struct Scratch {
   float* l;       // [G] running sum
   float* alpha;   // [G] rescale factor of the current block
   int64_t* rows;  // [kBlockN] addresses of the block's V row segments
+  int64_t* k_rows;  // [kBlockN] fp8: addresses of the block's K rows (then its V rows, for the NaN slow path)
 
   static size_t floats(const DecodeParams& p) {
     const size_t g = static_cast<size_t>(p.heads / p.heads_kv);
@@ -90,10 +91,11 @@ struct Scratch {
   bool allocate(const DecodeParams& p) {
     const size_t g = static_cast<size_t>(p.heads / p.heads_kv);
     const size_t d = static_cast<size_t>(p.head_dim), dv = static_cast<size_t>(p.head_dim_v);
-    base = static_cast<float*>(std::malloc(floats(p) * sizeof(float) + kBlockN * sizeof(int64_t)));
+    base = static_cast<float*>(std::malloc(floats(p) * sizeof(float) + 2 * kBlockN * sizeof(int64_t)));
     if (base == nullptr) return false;
-    rows = reinterpret_cast<int64_t*>(base);  // first, so it is 8-byte aligned
-    q = base + 2 * kBlockN;
+    rows = reinterpret_cast<int64_t*>(base);  // first, so they are 8-byte aligned
+    k_rows = rows + kBlockN;
+    q = base + 4 * kBlockN;
     acc = q + g * d;
     scores = acc + g * dv;
     probs = scores + kPassHeads * kBlockN;
@@ -129,14 +131,16 @@ inline void store_heads(float* out, size_t stride, VF s0, VF s1, VF s2, VF s3, s
   if constexpr (NH > 3) vec::store(out + 3 * stride, s3, vl);
 }
 
-template <DType T, bool Q8>
+template <DType T, vec::KvKind Kv>
 struct Decode {
   using Tr = vec::Traits<T>;
   using Elem = typename Tr::Elem;
-  using KvTr = vec::CacheTraits<T, Q8>;  // the cache's elements: Tr, or int8
+  using KvTr = vec::CacheTraits<T, Kv>;  // the cache's elements: Tr, int8 or e4m3 codes
   using KvElem = typename KvTr::Elem;
-  using Words = vec::KvWords<T, Q8>;
+  using Words = vec::KvWords<T, Kv>;
   static constexpr int64_t kCols = Words::kCols;
+  static constexpr bool kQuantized = Kv != vec::KvKind::Float;
+  static constexpr bool kFp8 = Kv == vec::KvKind::Fp8;
 
   // Scores of a block for the NH heads of a pass, over the first
   // words * kCols columns, K read as 32-bit words (4-byte aligned rows):
@@ -144,7 +148,7 @@ struct Decode {
   // words >= 1.
   template <int NH, typename Idx>
   static void scores_by_words(const char* k_rows, Idx off, int64_t words, const float* q, size_t n, float* out) {
-    if constexpr (vec::kColumnsAhead<T, Q8> && std::is_same_v<Idx, vec::VIdx32>) {
+    if constexpr (vec::kColumnsAhead<T, Kv> && std::is_same_v<Idx, vec::VIdx32>) {
       scores_by_words_ahead<NH>(k_rows, off, words, q, n, out);
     } else {
       VF s0 = vec::zeros(), s1 = vec::zeros(), s2 = vec::zeros(), s3 = vec::zeros();
@@ -235,7 +239,14 @@ struct Decode {
     if constexpr (NH > 1) s1 = vec::load(out + kBlockN, n);
     if constexpr (NH > 2) s2 = vec::load(out + 2 * kBlockN, n);
     if constexpr (NH > 3) s3 = vec::load(out + 3 * kBlockN, n);
-    for (int64_t d = d0; d < d_k; ++d) fma_heads<NH>(s0, s1, s2, s3, q + d * NH, KvTr::gather(k_rows + d, off, n), n);
+    for (int64_t d = d0; d < d_k; ++d) {
+      // An fp8 column as the word path reads it: placed, not rebiased.
+      if constexpr (kFp8) {
+        fma_heads<NH>(s0, s1, s2, s3, q + d * NH, Words::gather(k_rows + d, off, n), n);
+      } else {
+        fma_heads<NH>(s0, s1, s2, s3, q + d * NH, KvTr::gather(k_rows + d, off, n), n);
+      }
+    }
     store_heads<NH>(out, kBlockN, s0, s1, s2, s3, n);
   }
 
@@ -339,6 +350,55 @@ struct Decode {
     }
   }
 
+  // The fp8 rebias (vec.h, e4m3_placed) folded into the query table of
+  // ``count`` entries: all of 2^120 when the largest magnitude is below 2^7
+  // (every entry stays finite, and each product with a placed code is the
+  // unfolded product times an exact power of two, so the scores are the
+  // same bit for bit), otherwise as much as keeps the largest entry below
+  // 2^127. Returns the factor left over for the scores.
+  static float fold_e4m3_rebias(float* table, int64_t count) {
+    float top = 0.0f;
+    for (int64_t c = 0; c < count;) {
+      const size_t vl = vec::setvl(static_cast<size_t>(count - c));
+      top = std::fmax(top, vec::reduce_max(vec::abs(vec::load(table + c, vl), vl), vl));
+      c += static_cast<int64_t>(vl);
+    }
+    int shift = 120;
+    // An infinite or NaN entry makes its scores inf or NaN whatever the fold.
+    if (top >= 0x1p7f && top <= std::numeric_limits<float>::max()) {
+      shift = 126 - (static_cast<int>(vec::f32_bits(top) >> 23) - 127);
+    }
+    const float table_factor = vec::bits_f32(static_cast<uint32_t>(shift + 127) << 23);
+    for (int64_t c = 0; c < count;) {
+      const size_t vl = vec::setvl(static_cast<size_t>(count - c));
+      vec::store(table + c, vec::mul(vec::load(table + c, vl), table_factor, vl), vl);
+      c += static_cast<int64_t>(vl);
+    }
+    return vec::bits_f32(static_cast<uint32_t>(120 - shift + 127) << 23);
+  }
+
+  // The slow path of an fp8 block with a NaN code (rare: the scan found
+  // one). A K row with a NaN code makes the token's score NaN for every
+  // head of the pass (sc.k_rows: the block's K row addresses).
+  static void mark_nan_scores(Scratch& sc, int64_t d_k, int64_t nh, size_t n) {
+    for (size_t i = 0; i < n; ++i) {
+      const auto* row = reinterpret_cast<const uint8_t*>(static_cast<uintptr_t>(sc.k_rows[i]));
+      if (!std::any_of(row, row + d_k, vec::e4m3_is_nan)) continue;
+      for (int64_t h = 0; h < nh; ++h) sc.scores[h * kBlockN + i] = std::numeric_limits<float>::quiet_NaN();
+    }
+  }
+  // A V row's NaN code makes its column of every head's accumulator NaN,
+  // whatever the token's probability (sc.k_rows: the V rows' addresses by now).
+  static void mark_nan_columns(Scratch& sc, int64_t group, int64_t d_v, size_t n) {
+    for (size_t i = 0; i < n; ++i) {
+      const auto* row = reinterpret_cast<const uint8_t*>(static_cast<uintptr_t>(sc.k_rows[i]));
+      for (int64_t c = 0; c < d_v; ++c) {
+        if (!vec::e4m3_is_nan(row[c])) continue;
+        for (int64_t g = 0; g < group; ++g) sc.acc[g * d_v + c] = std::numeric_limits<float>::quiet_NaN();
+      }
+    }
+  }
+
   // Pass 1 for work item (b, kv head hk, split s).
   static void split(const DecodeParams& p, Scratch& sc, int64_t item) {
     const int64_t splits = p.num_splits;
@@ -359,7 +419,7 @@ struct Decode {
     }
 
     // Dynamic (NaN) scales are per token; static ones fold into q and 1/l.
-    const vec::ScaleFold fold = vec::fold_scales<Q8>(p.scales, p.sm_scale);
+    const vec::ScaleFold fold = vec::fold_scales<kQuantized>(p.scales, p.sm_scale);
     const bool k_dyn = fold.k_dynamic, v_dyn = fold.v_dynamic;
     const float q_scale = fold.q_scale, out_scale = fold.out_scale;
     for (int64_t g = 0; g < group; ++g) {
@@ -375,6 +435,10 @@ struct Decode {
       sc.l[g] = 0.0f;
     }
     vec::fill_zero(sc.acc, group * d_v);
+    // fp8: the cache is read placed (2^-120 of its values); 2^120 goes into
+    // the query table (what it cannot take, into the scores) and into the
+    // probabilities that multiply V.
+    const float score_rebias = kFp8 ? fold_e4m3_rebias(sc.q, group * d_k) : 1.0f;
 
     const int64_t esz = static_cast<int64_t>(sizeof(KvElem));
     const bool map64 = p.req_to_token_is_int64;
@@ -393,6 +457,25 @@ struct Decode {
       // ceil(AVL / 2) up, and the tokens past it would be skipped.
       const size_t n = vec::setvl(static_cast<size_t>(std::min(end - t0, static_cast<int64_t>(kBlockN))));
       const void* slots = map_row + t0 * (map64 ? 8 : 4);
+
+      // V row segments' addresses, for P.V below (and for the NaN scan).
+      vec::store_offsets(sc.rows,
+                         vec::row_offsets(slots, map64, p.v_stride_t * esz,
+                                          static_cast<int64_t>(reinterpret_cast<uintptr_t>(v_rows)), n),
+                         n);
+      // fp8: the placed codes read NaN as a finite number, so each block's
+      // rows are scanned for NaN codes first; a block that has one takes
+      // the slow path below (score NaN for a K row with one, NaN output
+      // columns for a V row's), as attention over the dequantized cache
+      // would give.
+      bool block_nan = false;
+      if constexpr (kFp8) {
+        vec::store_offsets(sc.k_rows,
+                           vec::row_offsets(slots, map64, p.k_stride_t * esz,
+                                            static_cast<int64_t>(reinterpret_cast<uintptr_t>(k_rows)), n),
+                           n);
+        block_nan = vec::any_e4m3_nan(sc.k_rows, d_k, sc.rows, d_v, n);
+      }
 
       // Pre-gather the block's per-token scales (dynamic mode).
       VF k_scales = vec::zeros(), v_scales = vec::zeros();
@@ -427,9 +510,11 @@ struct Decode {
                            vec::row_offsets(slots, map64, p.k_stride_t * esz, 0, n), words * kCols, d_k, q, n,
                            sc.scores);
         }
+        if (block_nan) mark_nan_scores(sc, d_k, nh, n);
         for (int64_t h = 0; h < nh; ++h) {
           const int64_t g = g0 + h;
           VF score = vec::load(sc.scores + h * kBlockN, n);
+          if (score_rebias != 1.0f) score = vec::mul(score, score_rebias, n);
           if (k_dyn) score = vec::mul(score, k_scales, n);
           if (p.logit_cap > 0.0f) score = vec::softcap(score, p.logit_cap, n);
           const float m_old = sc.m[g];
@@ -441,18 +526,16 @@ struct Decode {
           sc.l[g] = sc.l[g] * alpha + vec::reduce_sum(prob, n);
           sc.m[g] = m_new;
           sc.alpha[g] = alpha;
-          vec::store_strided(sc.probs + g0 * kBlockN + h, nh * 4, v_dyn ? vec::mul(prob, v_scales, n) : prob, n);
+          const VF weight = v_dyn ? vec::mul(prob, v_scales, n) : kFp8 ? vec::mul(prob, vec::kE4m3Rebias, n) : prob;
+          vec::store_strided(sc.probs + g0 * kBlockN + h, nh * 4, weight, n);
         }
       }
 
       // acc = acc * alpha + P . V, V read straight from the cache rows: per
       // chunk of Dv the block's row addresses (computed for the first chunk,
       // then moved on by the chunk's width), then each pass of heads.
-      vec::store_offsets(sc.rows,
-                         vec::row_offsets(slots, map64, p.v_stride_t * esz,
-                                          static_cast<int64_t>(reinterpret_cast<uintptr_t>(v_rows)), n),
-                         n);
-      for (int64_t c = 0, rows_at = 0; c < d_v;) {  // rows_at: the column sc.rows addresses
+      if (block_nan) std::copy(sc.rows, sc.rows + n, sc.k_rows);  // the V rows, kept for mark_nan_columns
+      for (int64_t c = 0, rows_at = 0; c < d_v;) {                // rows_at: the column sc.rows addresses
         const size_t vl = vec::setvl(static_cast<size_t>(d_v - c));
         if (c != rows_at) {
           vec::add_to_offsets(sc.rows, (c - rows_at) * esz, n);
@@ -464,6 +547,7 @@ struct Decode {
         }
         c += static_cast<int64_t>(vl);
       }
+      if (block_nan) mark_nan_columns(sc, group, d_v, n);
     }
 
     for (int64_t g = 0; g < group; ++g) {
@@ -542,17 +626,21 @@ struct Decode {
   }
 };
 
+template <DType T>
+bool run_cache_kind(const DecodeParams& p, const rvv_attn::ThreadPool& pool) {
+  if (p.kv_int8) return Decode<T, vec::KvKind::Int8>::run(p, pool);
+  if (p.kv_fp8) return Decode<T, vec::KvKind::Fp8>::run(p, pool);
+  return Decode<T, vec::KvKind::Float>::run(p, pool);
+}
+
 }  // namespace
 
 bool decode_attention(const rvv_attn::DecodeParams& p, const rvv_attn::ThreadPool& pool) {
   if (p.batch == 0 || p.heads == 0) return true;
   switch (p.dtype) {
-    case DType::Float32:
-      return p.kv_int8 ? Decode<DType::Float32, true>::run(p, pool) : Decode<DType::Float32, false>::run(p, pool);
-    case DType::BFloat16:
-      return p.kv_int8 ? Decode<DType::BFloat16, true>::run(p, pool) : Decode<DType::BFloat16, false>::run(p, pool);
-    case DType::Float16:
-      return p.kv_int8 ? Decode<DType::Float16, true>::run(p, pool) : Decode<DType::Float16, false>::run(p, pool);
+    case DType::Float32: return run_cache_kind<DType::Float32>(p, pool);
+    case DType::BFloat16: return run_cache_kind<DType::BFloat16>(p, pool);
+    case DType::Float16: return run_cache_kind<DType::Float16>(p, pool);
     case DType::Bytes: break;  // copied only, never attended (the binding refuses it)
   }
   return true;

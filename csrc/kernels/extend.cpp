@@ -28,6 +28,8 @@
 // wide vector of Dv in P.V) and how many rows share each vector load.
 //
 // int8 KV cache (p.kv_int8): the prefix is read through vec::Int8Traits.
+// An fp8 cache (p.kv_fp8) goes the same way through vec::E4m3Codes, its
+// static scales applied like an int8 cache's with float new tokens.
 // Dynamic scales are gathered per block before its GEMMs and applied once
 // per query row: the row's scores times the K scales, its probabilities
 // times the V scales (after the softmax sum, which needs the unscaled ones).
@@ -543,11 +545,12 @@ void attend_prefix(const Item& it, const Src& src, int64_t prefix, int64_t low) 
   }
 }
 
-template <rvv_attn::DType DT, bool Q8>
+template <rvv_attn::DType DT, vec::KvKind Kv>
 void run_item(const rvv_attn::ExtendParams& p, const Scratch& w, int64_t b, int64_t h, int64_t qb) {
   using Tr = vec::Traits<DT>;
   using E = typename Tr::Elem;
-  using KvTr = vec::CacheTraits<DT, Q8>;  // the cache's elements: Tr, or int8
+  using KvTr = vec::CacheTraits<DT, Kv>;         // the cache's elements: Tr, int8 or e4m3 codes (exact)
+  constexpr bool Q8 = Kv != vec::KvKind::Float;  // a quantized cache: its scales apply
   using KvE = typename KvTr::Elem;
   const int64_t D = p.head_dim, Dv = p.head_dim_v;
   const int64_t ext = p.extend_lens[b], prefix = p.prefix_lens[b];
@@ -642,7 +645,7 @@ void run_item(const rvv_attn::ExtendParams& p, const Scratch& w, int64_t b, int6
   }
 }
 
-template <rvv_attn::DType DT, bool Q8>
+template <rvv_attn::DType DT, vec::KvKind Kv>
 void run_typed(const rvv_attn::ExtendParams& p, const rvv_attn::ThreadPool& pool) {
   struct Ctx {
     const rvv_attn::ExtendParams* p;
@@ -669,7 +672,7 @@ void run_typed(const rvv_attn::ExtendParams& p, const rvv_attn::ThreadPool& pool
           const int64_t mid = (lo + hi) / 2;
           (q.qblock_offsets[mid] <= block ? lo : hi) = mid;
         }
-        run_item<DT, Q8>(q, w, lo, h, block - q.qblock_offsets[lo]);
+        run_item<DT, Kv>(q, w, lo, h, block - q.qblock_offsets[lo]);
       }
     }
   };
@@ -682,22 +685,21 @@ rvv_attn::ExtendBlocking extend_blocking() { return {BM, BN}; }
 
 int64_t extend_arena_bytes(int64_t head_dim, int64_t head_dim_v) { return arena_layout(head_dim, head_dim_v).total; }
 
+namespace {
+template <rvv_attn::DType DT>
+void run_cache_kind(const rvv_attn::ExtendParams& p, const rvv_attn::ThreadPool& pool) {
+  if (p.kv_int8) return run_typed<DT, vec::KvKind::Int8>(p, pool);
+  if (p.kv_fp8) return run_typed<DT, vec::KvKind::Fp8>(p, pool);
+  run_typed<DT, vec::KvKind::Float>(p, pool);
+}
+}  // namespace
+
 void extend_attention(const rvv_attn::ExtendParams& p, const rvv_attn::ThreadPool& pool) {
   switch (p.dtype) {
-    case rvv_attn::DType::Float32:
-      p.kv_int8 ? run_typed<rvv_attn::DType::Float32, true>(p, pool)
-                : run_typed<rvv_attn::DType::Float32, false>(p, pool);
-      break;
-    case rvv_attn::DType::BFloat16:
-      p.kv_int8 ? run_typed<rvv_attn::DType::BFloat16, true>(p, pool)
-                : run_typed<rvv_attn::DType::BFloat16, false>(p, pool);
-      break;
-    case rvv_attn::DType::Float16:
-      p.kv_int8 ? run_typed<rvv_attn::DType::Float16, true>(p, pool)
-                : run_typed<rvv_attn::DType::Float16, false>(p, pool);
-      break;
-    case rvv_attn::DType::Bytes:  // copied only, never attended (the binding refuses it)
-      break;
+    case rvv_attn::DType::Float32: return run_cache_kind<rvv_attn::DType::Float32>(p, pool);
+    case rvv_attn::DType::BFloat16: return run_cache_kind<rvv_attn::DType::BFloat16>(p, pool);
+    case rvv_attn::DType::Float16: return run_cache_kind<rvv_attn::DType::Float16>(p, pool);
+    case rvv_attn::DType::Bytes: return;  // copied only, never attended (the binding refuses it)
   }
 }
 

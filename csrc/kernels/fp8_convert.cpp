@@ -50,22 +50,9 @@ struct Dequantize {
 template <DType T>
 struct Quantize {
   static void run(const Fp8ConvertParams& p, int64_t first, int64_t last) {
-    using Tr = vec::Traits<T>;
-    const auto* src = static_cast<const typename Tr::Elem*>(p.src);
-    auto* dst = static_cast<uint8_t*>(p.dst);
-    typename Tr::Elem rounded[vec::kLanes];
-    for (int64_t i = first; i < last;) {
-      const size_t vl = vec::setvl(static_cast<size_t>(last - i));
-      vec::VF x = vec::div(Tr::load(src + i, vl), p.scale, vl);
-      if constexpr (T != DType::Float32) {
-        // The pool divides a bf16/f16 tensor in place: the quotient is
-        // rounded to that dtype before torch converts it to e4m3.
-        Tr::store(rounded, x, vl);
-        x = Tr::load(rounded, vl);
-      }
-      vec::E4m3Codes::store(dst + i, x, p.saturate, vl);
-      i += static_cast<int64_t>(vl);
-    }
+    vec::quantize_e4m3_row<T>(static_cast<uint8_t*>(p.dst) + first,
+                              static_cast<const typename vec::Traits<T>::Elem*>(p.src) + first, last - first, p.scale,
+                              p.saturate);
   }
 };
 

@@ -102,6 +102,10 @@ struct DecodeParams {
   // int8 KV cache (the *_int8_cpu operators): k_buffer/v_buffer hold
   // int8, scaled as ``scales`` says; all zero/false otherwise.
   bool kv_int8;
+  // float8_e4m3fn KV cache (the *_fp8_cpu operators): k_buffer/v_buffer
+  // hold e4m3 codes, value = e4m3 * scales.k_scale (v_scale), both static
+  // (finite, > 0; the scale buffers null). A NaN code reads as NaN.
+  bool kv_fp8;
   Int8Scales scales;
 };
 
@@ -172,6 +176,9 @@ struct ExtendParams {
   // All zero/false for a float cache.
   bool kv_int8;
   bool new_tokens_from_cache;
+  // float8_e4m3fn KV cache: the prefix holds e4m3 codes with static scales
+  // (as in DecodeParams); the new tokens are float, read from k/v.
+  bool kv_fp8;
   Int8Scales scales;
 };
 
@@ -195,6 +202,17 @@ struct KvQuantWriteParams {
   KvWriteParams kv;
   bool src_int8;
   Int8Scales scales;
+};
+
+// The float8_e4m3fn KV-cache write: entry i quantizes row kv.rows[i] (or
+// i) of key/value (kv.dtype, float) into slot kv.loc[i] of kv.k_buffer /
+// kv.v_buffer (e4m3 codes) as SGLang's fp8 pool does: x / k_scale (v_scale)
+// rounded to kv.dtype, then torch's conversion (``saturate``: see
+// Fp8ConvertParams). Slots are distinct and in range; scales finite, > 0.
+struct Fp8KvWriteParams {
+  KvWriteParams kv;
+  float k_scale, v_scale;
+  bool saturate;
 };
 
 // A run of map entries whose dynamic int8 scales the attention will read:
@@ -260,6 +278,7 @@ struct KernelTable {
   int64_t (*first_non_finite)(const FiniteScanParams&);
   void (*fp8_dequantize)(const Fp8ConvertParams&, const ThreadPool&);
   void (*fp8_quantize)(const Fp8ConvertParams&, const ThreadPool&);
+  void (*write_kv_fp8)(const Fp8KvWriteParams&, const ThreadPool&);
   // Tokens per decode KV block (one online-softmax step): tests aim at it.
   int64_t decode_block_tokens;
 };

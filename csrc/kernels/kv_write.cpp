@@ -1,6 +1,6 @@
 // decode_set_kv_buffer: scatter this step's K/V rows into the token pool;
-// the int8 cache's quantizing write and the scan of the dynamic scales that
-// attention is about to read.
+// the int8 and fp8 caches' quantizing writes and the scan of the dynamic
+// scales that int8 attention is about to read.
 #include <cstring>
 #include <limits>
 
@@ -221,6 +221,52 @@ void write_kv(const rvv_attn::KvWriteParams& p, const rvv_attn::ThreadPool& pool
     case 4: return write_kv_typed<4>(p, pool);
     case 2: return write_kv_typed<2>(p, pool);
     default: return write_kv_typed<1>(p, pool);
+  }
+}
+
+}  // namespace RVV_ATTN_NS
+
+// ---- float8_e4m3fn KV cache -------------------------------------------------
+
+namespace RVV_ATTN_NS {
+namespace {
+
+template <DType T>
+void write_kv_fp8_typed(const rvv_attn::Fp8KvWriteParams& p, const rvv_attn::ThreadPool& pool) {
+  struct Ctx {
+    const rvv_attn::Fp8KvWriteParams* p;
+  } ctx{&p};
+  // One work item per (entry, kv head), slots distinct, as in write_kv.
+  auto body = [](void* c, int64_t begin, int64_t end) {
+    const auto& q = *static_cast<Ctx*>(c)->p;
+    const rvv_attn::KvWriteParams& kv = q.kv;
+    using Elem = typename vec::Traits<T>::Elem;
+    for (int64_t i = begin; i < end; ++i) {
+      const int64_t e = i / kv.heads_kv, h = i % kv.heads_kv;
+      const int64_t slot = kv.loc[e], row = kv.rows != nullptr ? kv.rows[e] : e;
+      vec::quantize_e4m3_row<T>(
+          static_cast<uint8_t*>(kv.k_buffer) + slot * kv.k_buffer_stride_t + h * kv.k_buffer_stride_h,
+          static_cast<const Elem*>(kv.key) + row * kv.key_stride_b + h * kv.key_stride_h, kv.head_dim, q.k_scale,
+          q.saturate);
+      if (kv.value == nullptr) continue;  // an MLA cache: V lives in the K row just written
+      vec::quantize_e4m3_row<T>(
+          static_cast<uint8_t*>(kv.v_buffer) + slot * kv.v_buffer_stride_t + h * kv.v_buffer_stride_h,
+          static_cast<const Elem*>(kv.value) + row * kv.value_stride_b + h * kv.value_stride_h, kv.head_dim_v,
+          q.v_scale, q.saturate);
+    }
+  };
+  pool.run(p.kv.batch * p.kv.heads_kv, &ctx, body);
+}
+
+}  // namespace
+
+void write_kv_fp8(const rvv_attn::Fp8KvWriteParams& p, const rvv_attn::ThreadPool& pool) {
+  if (p.kv.batch == 0 || p.kv.heads_kv == 0) return;
+  switch (p.kv.dtype) {
+    case DType::Float32: return write_kv_fp8_typed<DType::Float32>(p, pool);
+    case DType::BFloat16: return write_kv_fp8_typed<DType::BFloat16>(p, pool);
+    case DType::Float16: return write_kv_fp8_typed<DType::Float16>(p, pool);
+    case DType::Bytes: return;  // never quantized (the binding refuses it)
   }
 }
 

@@ -19,6 +19,7 @@ int64_t first_unusable_scale(const rvv_attn::ScaleScanParams&);
 int64_t first_non_finite(const rvv_attn::FiniteScanParams&);
 void fp8_dequantize(const rvv_attn::Fp8ConvertParams&, const rvv_attn::ThreadPool&);
 void fp8_quantize(const rvv_attn::Fp8ConvertParams&, const rvv_attn::ThreadPool&);
+void write_kv_fp8(const rvv_attn::Fp8KvWriteParams&, const rvv_attn::ThreadPool&);
 
 const rvv_attn::KernelTable& kernel_table() {
   static const rvv_attn::KernelTable table{
@@ -34,6 +35,7 @@ const rvv_attn::KernelTable& kernel_table() {
       &first_non_finite,
       &fp8_dequantize,
       &fp8_quantize,
+      &write_kv_fp8,
       static_cast<int64_t>(vec::kBlockN),
   };
   return table;

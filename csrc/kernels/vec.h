@@ -200,11 +200,18 @@ inline uint16_t f32_to_f16(float x) {
 // NaN comes out with torch's bits (0x7ff00000 and the sign).
 constexpr float kE4m3Rebias = 0x1p120f;
 constexpr uint32_t kE4m3NanMagnitude = 0x7fu;
+// The code placed (sign at bit 31, magnitude at 26..20) and not rebiased:
+// the value times 2^-120, or for a NaN code a finite number. The fp8
+// attention kernels read the cache this way and fold 2^120 into the query
+// or the probabilities, finding NaN codes separately (any_e4m3_nan).
+inline float e4m3_placed(uint8_t b) {
+  return bits_f32(static_cast<uint32_t>(b & 0x80u) << 24 | static_cast<uint32_t>(b & 0x7fu) << 20);
+}
+inline bool e4m3_is_nan(uint8_t b) { return (b & 0x7fu) == kE4m3NanMagnitude; }
 inline float e4m3_to_f32(uint8_t b) {
-  const uint32_t mag = static_cast<uint32_t>(b & 0x7fu);
   const uint32_t sign = static_cast<uint32_t>(b & 0x80u) << 24;
-  if (mag == kE4m3NanMagnitude) return bits_f32(0x7ff00000u | sign);
-  return bits_f32(f32_bits(bits_f32(mag << 20) * kE4m3Rebias) | sign);
+  if (e4m3_is_nan(b)) return bits_f32(0x7ff00000u | sign);
+  return bits_f32(f32_bits(bits_f32(static_cast<uint32_t>(b & 0x7fu) << 20) * kE4m3Rebias) | sign);
 }
 
 // float32 -> float8_e4m3fn as torch converts (c10's fp8e4m3fn_from_fp32_value):
@@ -298,11 +305,15 @@ inline float tanh_scalar(float y) {
 }
 
 // ---------------------------------------------------------------------------
-// How an int8 cache's scales enter attention (decode and extend alike): a
-// dynamic (NaN) scale is per token, gathered per KV block and applied to the
-// block's scores (K) or probabilities (V); a static one folds into the
-// query's scale (K) or the output's 1/l (V). For a float cache (Q8 false)
-// nothing is scaled.
+// What a KV cache stores: the query's float dtype, int8 codes with scales,
+// or float8_e4m3fn codes with static scales.
+enum class KvKind { Float, Int8, Fp8 };
+
+// How a quantized cache's scales enter attention (decode and extend alike):
+// a dynamic (NaN) scale, int8 only, is per token, gathered per KV block and
+// applied to the block's scores (K) or probabilities (V); a static one
+// folds into the query's scale (K) or the output's 1/l (V). For a float
+// cache (Q8 false) nothing is scaled.
 struct ScaleFold {
   bool k_dynamic, v_dynamic;
   float q_scale, out_scale;
@@ -316,7 +327,7 @@ inline ScaleFold fold_scales(const rvv_attn::Int8Scales& s, float sm_scale) {
 // Specialised by each backend.
 template <DType T>
 struct Traits;
-template <DType T, bool Q8>
+template <DType T, KvKind K>
 struct KvWords;
 
 }  // namespace vec
@@ -333,16 +344,40 @@ struct KvWords;
 namespace RVV_ATTN_NS {
 namespace vec {
 
-template <DType T, bool kInt8>
+template <DType T, KvKind K>
 struct CacheTraitsOf {
   using type = Traits<T>;
 };
 template <DType T>
-struct CacheTraitsOf<T, true> {
+struct CacheTraitsOf<T, KvKind::Int8> {
   using type = Int8Traits;
 };
-template <DType T, bool kInt8>
-using CacheTraits = typename CacheTraitsOf<T, kInt8>::type;
+template <DType T>
+struct CacheTraitsOf<T, KvKind::Fp8> {
+  using type = E4m3Codes;
+};
+template <DType T, KvKind K>
+using CacheTraits = typename CacheTraitsOf<T, K>::type;
+
+// dst[0:n] = e4m3(src[0:n] / scale) as SGLang's fp8 pool quantizes: the
+// quotient in float32, rounded to src's dtype (the pool divides in place),
+// then torch's conversion (``saturate``: see f32_to_e4m3).
+template <DType T>
+inline void quantize_e4m3_row(uint8_t* dst, const typename Traits<T>::Elem* src, int64_t n, float scale,
+                              bool saturate) {
+  using Tr = Traits<T>;
+  typename Tr::Elem rounded[kLanes];
+  for (int64_t i = 0; i < n;) {
+    const size_t vl = setvl(static_cast<size_t>(n - i));
+    VF x = div(Tr::load(src + i, vl), scale, vl);
+    if constexpr (T != DType::Float32) {
+      Tr::store(rounded, x, vl);
+      x = Tr::load(rounded, vl);
+    }
+    E4m3Codes::store(dst + i, x, saturate, vl);
+    i += static_cast<int64_t>(vl);
+  }
+}
 
 // Zeroes a float buffer with vector stores rather than memset: a libc call
 // would run outside the library, where neither the benchmark's instruction

@@ -29,8 +29,8 @@ struct VF {
 constexpr bool kStagedWidening = false;
 // The int8 decode's Q.K with each column widened ahead (see vec_rvv.h):
 // -3.3% instructions here; for bf16 it is +2.7% (the copied column arrays).
-template <DType T, bool Q8>
-constexpr bool kColumnsAhead = Q8;
+template <DType T, KvKind K>
+constexpr bool kColumnsAhead = K != KvKind::Float;
 struct VIdx {
   int64_t v[kLanes];
 };
@@ -190,10 +190,29 @@ struct E4m3Codes {
     for (size_t i = 0; i < vl; ++i) r.v[i] = e4m3_to_f32(p[i]);
     return r;
   }
+  static VF gather(const Elem* base, const VIdx& off, size_t vl) {
+    VF r{};
+    for (size_t i = 0; i < vl; ++i) r.v[i] = e4m3_to_f32(base[off.v[i]]);
+    return r;
+  }
   static void store(Elem* p, const VF& x, bool saturate, size_t vl) {
     for (size_t i = 0; i < vl; ++i) p[i] = f32_to_e4m3(x.v[i], saturate);
   }
 };
+
+inline bool any_e4m3_nan(const int64_t* k_rows, int64_t k_bytes, const int64_t* v_rows, int64_t v_bytes, size_t n) {
+  for (size_t i = 0; i < n; ++i) {
+    const auto* k = reinterpret_cast<const uint8_t*>(k_rows[i]);
+    for (int64_t c = 0; c < k_bytes; ++c) {
+      if (e4m3_is_nan(k[c])) return true;
+    }
+    const auto* v = reinterpret_cast<const uint8_t*>(v_rows[i]);
+    for (int64_t c = 0; c < v_bytes; ++c) {
+      if (e4m3_is_nan(v[c])) return true;
+    }
+  }
+  return false;
+}
 
 // ---------------------------------------------------------------------------
 // Wide vectors.
@@ -256,7 +275,7 @@ struct WidenedOnFetch {
 };
 
 template <DType T>
-struct KvWords<T, true> : WidenedOnFetch<Int8Traits> {
+struct KvWords<T, KvKind::Int8> : WidenedOnFetch<Int8Traits> {
   static constexpr int kCols = 4;
   template <int K>
   static VF col(const VWord& w, size_t vl) {
@@ -266,8 +285,33 @@ struct KvWords<T, true> : WidenedOnFetch<Int8Traits> {
   }
   static VF load(const int8_t* p, size_t vl) { return Int8Traits::load(p, vl); }
 };
+// The fp8 cache placed, not rebiased (vec.h, e4m3_placed).
+struct E4m3Placed {
+  using Elem = uint8_t;
+  static VF load(const Elem* p, size_t vl) {
+    VF r{};
+    for (size_t i = 0; i < vl; ++i) r.v[i] = e4m3_placed(p[i]);
+    return r;
+  }
+};
 template <DType T>
-struct KvWords<T, false> : WidenedOnFetch<Traits<T>> {
+struct KvWords<T, KvKind::Fp8> : WidenedOnFetch<E4m3Placed> {
+  static constexpr int kCols = 4;
+  template <int K>
+  static VF col(const VWord& w, size_t vl) {
+    VF r{};
+    for (size_t i = 0; i < vl; ++i) r.v[i] = e4m3_placed(static_cast<uint8_t>(w.v[i] >> (8 * K)));
+    return r;
+  }
+  static VF load(const uint8_t* p, size_t vl) { return E4m3Placed::load(p, vl); }
+  static VF gather(const uint8_t* base, const VIdx& off, size_t vl) {
+    VF r{};
+    for (size_t i = 0; i < vl; ++i) r.v[i] = e4m3_placed(base[off.v[i]]);
+    return r;
+  }
+};
+template <DType T>
+struct KvWords<T, KvKind::Float> : WidenedOnFetch<Traits<T>> {
   static constexpr int kCols = T == DType::Float32 ? 1 : 2;
   template <int K>
   static VF col(const VWord& w, size_t vl) {

@@ -39,8 +39,9 @@ constexpr bool kStagedWidening = RVV_ATTN_VLEN == 256;
 // the X390, but +0.1% on the P670 and the X280, so not there. Not for f16,
 // whose software widening needs more registers than the pipeline leaves,
 // and spills.
-template <DType T, bool Q8>
-constexpr bool kColumnsAhead = Q8 ? RVV_ATTN_VLEN == 256 || RVV_ATTN_VLEN == 1024 : T != DType::Float16;
+// The fp8 cache's columns take the same three steps as the int8 one's.
+template <DType T, KvKind K>
+constexpr bool kColumnsAhead = K != KvKind::Float ? RVV_ATTN_VLEN == 256 || RVV_ATTN_VLEN == 1024 : T != DType::Float16;
 using VIdx = vuint64m8_t;
 using VMask = vbool8_t;
 
@@ -300,6 +301,9 @@ struct E4m3Codes {
   static VF load(const Elem* p, size_t vl) {
     return detail::widen_e4m3_words(__riscv_vzext_vf4_u32m4(__riscv_vle8_v_u8m1(p, vl), vl), vl);
   }
+  static VF gather(const Elem* base, VIdx off, size_t vl) {
+    return detail::widen_e4m3_words(__riscv_vzext_vf4_u32m4(__riscv_vluxei64_v_u8m1(base, off, vl), vl), vl);
+  }
   static void store(Elem* p, VF x, bool saturate, size_t vl) {
     const vuint16m2_t half = __riscv_vnsrl_wx_u16m2(detail::narrow_e4m3_words(x, saturate, vl), 0, vl);
     __riscv_vse8_v_u8m1(p, __riscv_vnsrl_wx_u8m1(half, 0, vl), vl);
@@ -365,7 +369,7 @@ inline VF word_i8(VWord w, size_t vl) {
 }  // namespace detail
 
 template <DType T>
-struct KvWords<T, true> {
+struct KvWords<T, KvKind::Int8> {
   static constexpr int kCols = 4;
   template <int K>
   static VF col(VWord w, size_t vl) {
@@ -378,6 +382,74 @@ struct KvWords<T, true> {
   static Half widen_first(Raw b, size_t vl) { return __riscv_vsext_vf4_i32m4(b, vl); }
   static VF widen_last(Half x, size_t vl) { return __riscv_vfcvt_f_x_v_f32m4(x, vl); }
 };
+// float8_e4m3fn codes placed, not rebiased (vec.h, e4m3_placed): the code
+// moved to the top byte, arithmetically back by 4 so the magnitude lands on
+// bits 26..20 with the sign in bit 31, and the copies of the sign in 30..27
+// cleared. A V row segment: sign-extended bytes moved up by 20, the same
+// bits.
+template <DType T>
+struct KvWords<T, KvKind::Fp8> {
+  static constexpr int kCols = 4;
+  template <int K>
+  static VF col(VWord w, size_t vl) {
+    if constexpr (K < 3) w = __riscv_vsll_vx_u32m4(w, 24 - 8 * K, vl);
+    const vint32m4_t code_on_top = __riscv_vreinterpret_v_u32m4_i32m4(w);
+    return detail::word_as_f32(__riscv_vand_vx_u32m4(
+        __riscv_vreinterpret_v_i32m4_u32m4(__riscv_vsra_vx_i32m4(code_on_top, 4, vl)), 0x87f00000u, vl));
+  }
+  static VF load(const uint8_t* p, size_t vl) { return widen_last(widen_first(fetch(p, vl), vl), vl); }
+  static VF gather(const uint8_t* base, VIdx off, size_t vl) {
+    return widen_last(widen_first(__riscv_vluxei64_v_i8m1(reinterpret_cast<const int8_t*>(base), off, vl), vl), vl);
+  }
+  using Raw = vint8m1_t;
+  using Half = vint32m4_t;
+  static Raw fetch(const uint8_t* p, size_t vl) { return __riscv_vle8_v_i8m1(reinterpret_cast<const int8_t*>(p), vl); }
+  static Half widen_first(Raw b, size_t vl) { return __riscv_vsext_vf4_i32m4(b, vl); }
+  static VF widen_last(Half x, size_t vl) {
+    return detail::word_as_f32(
+        __riscv_vand_vx_u32m4(__riscv_vreinterpret_v_i32m4_u32m4(__riscv_vsll_vx_i32m4(x, 20, vl)), 0x87f00000u, vl));
+  }
+};
+
+// Whether any of the n K rows (k_bytes codes at address k_rows[i]) or V
+// rows holds a NaN code (magnitude 0x7f): running unsigned and signed byte
+// maxima, since 0xff is the largest code unsigned and 0x7f the largest
+// signed. Two instructions per row segment, and one reduction pair per call.
+inline bool any_e4m3_nan(const int64_t* k_rows, int64_t k_bytes, const int64_t* v_rows, int64_t v_bytes, size_t n) {
+  const size_t vlmax = __riscv_vsetvlmax_e8m4();
+  vuint8m4_t hi = __riscv_vmv_v_x_u8m4(0, vlmax);
+  vint8m4_t top = __riscv_vmv_v_x_i8m4(0, vlmax);
+  const auto scan = [&](const int64_t* rows, int64_t bytes) {
+    if (bytes <= 0) return;
+    if (static_cast<size_t>(bytes) <= vlmax) {
+      const size_t vl = __riscv_vsetvl_e8m4(static_cast<size_t>(bytes));
+      for (size_t i = 0; i < n; ++i) {
+        const vuint8m4_t b = __riscv_vle8_v_u8m4(reinterpret_cast<const uint8_t*>(rows[i]), vl);
+        hi = __riscv_vmaxu_vv_u8m4_tu(hi, hi, b, vl);
+        top = __riscv_vmax_vv_i8m4_tu(top, top, __riscv_vreinterpret_v_u8m4_i8m4(b), vl);
+      }
+      return;
+    }
+    for (size_t i = 0; i < n; ++i) {
+      const uint8_t* row = reinterpret_cast<const uint8_t*>(rows[i]);
+      for (int64_t c = 0; c < bytes;) {
+        const size_t vl = __riscv_vsetvl_e8m4(static_cast<size_t>(bytes - c));
+        const vuint8m4_t b = __riscv_vle8_v_u8m4(row + c, vl);
+        hi = __riscv_vmaxu_vv_u8m4_tu(hi, hi, b, vl);
+        top = __riscv_vmax_vv_i8m4_tu(top, top, __riscv_vreinterpret_v_u8m4_i8m4(b), vl);
+        c += static_cast<int64_t>(vl);
+      }
+    }
+  };
+  scan(k_rows, k_bytes);
+  scan(v_rows, v_bytes);
+  const uint8_t max_unsigned =
+      __riscv_vmv_x_s_u8m1_u8(__riscv_vredmaxu_vs_u8m4_u8m1(hi, __riscv_vmv_s_x_u8m1(0, 1), vlmax));
+  const int8_t max_signed =
+      __riscv_vmv_x_s_i8m1_i8(__riscv_vredmax_vs_i8m4_i8m1(top, __riscv_vmv_s_x_i8m1(0, 1), vlmax));
+  return max_unsigned == 0xffu || max_signed == 0x7f;
+}
+
 // The first two widening steps of a 16-bit cache row, the same for bf16 and
 // f16: the halfwords fetched, then zero-extended to 32-bit words.
 struct HalfwordRows {
@@ -387,7 +459,7 @@ struct HalfwordRows {
   static Half widen_first(Raw h, size_t vl) { return __riscv_vzext_vf2_u32m4(h, vl); }
 };
 template <>
-struct KvWords<DType::BFloat16, false> : HalfwordRows {
+struct KvWords<DType::BFloat16, KvKind::Float> : HalfwordRows {
   static constexpr int kCols = 2;
   // Little endian: column 2j is the low half of word j.
   template <int K>
@@ -399,7 +471,7 @@ struct KvWords<DType::BFloat16, false> : HalfwordRows {
   static VF widen_last(Half w, size_t vl) { return detail::widen_bf16_words(w, vl); }
 };
 template <>
-struct KvWords<DType::Float16, false> : HalfwordRows {
+struct KvWords<DType::Float16, KvKind::Float> : HalfwordRows {
   static constexpr int kCols = 2;
   template <int K>
   static VF col(VWord w, size_t vl) {
@@ -409,7 +481,7 @@ struct KvWords<DType::Float16, false> : HalfwordRows {
   static VF widen_last(Half w, size_t vl) { return detail::widen_f16_words(w, vl); }
 };
 template <>
-struct KvWords<DType::Float32, false> {
+struct KvWords<DType::Float32, KvKind::Float> {
   static constexpr int kCols = 1;
   template <int K>
   static VF col(VWord w, size_t) {

@@ -1,7 +1,8 @@
 // The attention operators' bodies, shared by the float operators and their
-// int8 KV-cache twins (csrc/ops/int8_attention.cpp). ``int8`` is null for
-// the float operators; otherwise k_buffer/v_buffer are int8 and the call
-// uses the scale arguments (see ops/int8_kv.h). ``options`` are SGLang
+// int8 and fp8 KV-cache twins (csrc/ops/int8_attention.cpp,
+// csrc/ops/fp8_attention.cpp). ``int8`` and ``fp8`` are null for the float
+// operators; otherwise (one of them) k_buffer/v_buffer are int8 or fp8 and
+// the call uses the scale arguments (see ops/int8_kv.h, ops/fp8_kv.h). ``options`` are SGLang
 // main's trailing arguments (see ops/attention_options.h). ``op`` prefixes
 // every error.
 #pragma once
@@ -12,19 +13,21 @@
 
 #include "kernels/kernel_api.h"
 #include "ops/attention_options.h"
+#include "ops/fp8_kv.h"
 #include "ops/int8_kv.h"
 
 namespace rvv_attn::ops {
 
-void decode_attention(const char* op, const Int8KvArgs* int8, const at::Tensor& query, at::Tensor& k_buffer,
-                      at::Tensor& v_buffer, at::Tensor& output, const std::optional<at::Tensor>& key,
-                      const std::optional<at::Tensor>& value, const at::Tensor& loc, at::Tensor& attn_logits,
-                      const at::Tensor& req_to_token, const at::Tensor& req_pool_indices, const at::Tensor& seq_lens,
-                      double sm_scale, double logit_cap, const AttentionOptions& options);
+void decode_attention(const char* op, const Int8KvArgs* int8, const Fp8KvArgs* fp8, const at::Tensor& query,
+                      at::Tensor& k_buffer, at::Tensor& v_buffer, at::Tensor& output,
+                      const std::optional<at::Tensor>& key, const std::optional<at::Tensor>& value,
+                      const at::Tensor& loc, at::Tensor& attn_logits, const at::Tensor& req_to_token,
+                      const at::Tensor& req_pool_indices, const at::Tensor& seq_lens, double sm_scale, double logit_cap,
+                      const AttentionOptions& options);
 
 // k_extend/v_extend may be None only with options.is_cross_attn (they are
 // not read then).
-void extend_attention(const char* op, const Int8KvArgs* int8, const at::Tensor& q_extend,
+void extend_attention(const char* op, const Int8KvArgs* int8, const Fp8KvArgs* fp8, const at::Tensor& q_extend,
                       const std::optional<at::Tensor>& k_extend, const std::optional<at::Tensor>& v_extend,
                       at::Tensor& o_extend, const at::Tensor& k_buffer, const at::Tensor& v_buffer,
                       const at::Tensor& req_to_token, const at::Tensor& req_pool_indices, const at::Tensor& seq_lens,

@@ -38,24 +38,31 @@ inline void dense_last_dim(const char* op, const char* name, const at::Tensor& t
               " must be contiguous in its last dimension, got strides ", c10::str(t.strides()));
 }
 
-// float32, bfloat16 or float16 -> DType; anything else is an error.
-inline DType float_dtype(const char* op, const char* name, const at::Tensor& t) {
-  switch (t.scalar_type()) {
+// float32, bfloat16 or float16 -> DType; anything else is an error
+// "<op>: <name><is><type>; supported are ...": a tensor's dtype
+// (is = " has dtype "), or a dtype argument (is = " = ").
+inline DType float_dtype_of(const char* op, const char* name, const char* is, at::ScalarType type) {
+  switch (type) {
     case at::kFloat: return DType::Float32;
     case at::kBFloat16: return DType::BFloat16;
     case at::kHalf: return DType::Float16;
-    default:
-      TORCH_CHECK(false, op, ": ", name, " has dtype ", t.scalar_type(),
-                  "; supported are float32, bfloat16 and float16");
+    default: TORCH_CHECK(false, op, ": ", name, is, type, "; supported are float32, bfloat16 and float16");
   }
   return DType::Float32;  // unreachable
 }
+inline DType float_dtype(const char* op, const char* name, const at::Tensor& t) {
+  return float_dtype_of(op, name, " has dtype ", t.scalar_type());
+}
 
-// The float operators refuse an int8 cache with a pointer to the int8 ones.
+// The float operators refuse a quantized cache with a pointer to the
+// operators that read it.
 inline void not_int8_cache(const char* op, const char* name, const at::Tensor& t) {
   TORCH_CHECK(t.scalar_type() != at::kChar, op, ": ", name,
               " is an int8 KV cache (dtype Char); this operator takes float32, bfloat16 or float16 caches. "
               "Use rvv_attn.decode_attention_int8_cpu / rvv_attn.extend_attention_int8_cpu for int8 caches");
+  TORCH_CHECK(t.scalar_type() != at::kFloat8_e4m3fn, op, ": ", name,
+              " is an fp8 KV cache (dtype Float8_e4m3fn); this operator takes float32, bfloat16 or float16 caches. "
+              "Use rvv_attn.decode_attention_fp8_cpu / rvv_attn.extend_attention_fp8_cpu for fp8 caches");
 }
 
 inline void same_dtype(const char* op, const char* name, const at::Tensor& t, const char* ref_name,

@@ -75,11 +75,12 @@ bool is_mla_view(const at::Tensor& k_buffer, const at::Tensor& v_buffer) {
 
 }  // namespace
 
-void decode_attention(const char* op, const Int8KvArgs* int8, const at::Tensor& query, at::Tensor& k_buffer,
-                      at::Tensor& v_buffer, at::Tensor& output, const std::optional<at::Tensor>& key_arg,
-                      const std::optional<at::Tensor>& value_arg, const at::Tensor& loc, at::Tensor& attn_logits,
-                      const at::Tensor& req_to_token, const at::Tensor& req_pool_indices, const at::Tensor& seq_lens,
-                      double sm_scale, double logit_cap, const AttentionOptions& options) {
+void decode_attention(const char* op, const Int8KvArgs* int8, const Fp8KvArgs* fp8, const at::Tensor& query,
+                      at::Tensor& k_buffer, at::Tensor& v_buffer, at::Tensor& output,
+                      const std::optional<at::Tensor>& key_arg, const std::optional<at::Tensor>& value_arg,
+                      const at::Tensor& loc, at::Tensor& attn_logits, const at::Tensor& req_to_token,
+                      const at::Tensor& req_pool_indices, const at::Tensor& seq_lens, double sm_scale, double logit_cap,
+                      const AttentionOptions& options) {
   using namespace checks;
   rank(op, "query", query, 3, "[B, H, D]");
   rank(op, "output", output, 3, "[B, H, Dv]");
@@ -104,19 +105,26 @@ void decode_attention(const char* op, const Int8KvArgs* int8, const at::Tensor& 
     q8 = check_int8_args(op, *int8, k_buffer, v_buffer);
     if (writes) new_int8 = check_new_kv_dtype(op, "key", key, "value", value, "query", query);
   }
+  // fp8: new rows are the query's float dtype, quantized as SGLang's pool does.
+  const Fp8Setup f8 = fp8 ? check_fp8_args(op, *fp8, k_buffer, v_buffer) : Fp8Setup{};
+  if (fp8 && writes) {
+    same_dtype(op, "key", key, "query", query);
+    if (!mla) same_dtype(op, "value", value, "query", query);
+  }
   // Ranks, dtypes and sizes of the KV write's arguments, and every loc slot.
   ops::PreparedKvWrite kv_write{};
   if (writes && mla) {
     // The key row alone; checked as a KV write whose value is key[..., :Dv].
     rank(op, "key", key, 3, "[B, 1, D]");
     size_is(op, "key", key, 2, k_buffer.size(2), "k_buffer.size(2) (D)");
-    kv_write = ops::prepare_kv_write(op, k_buffer, v_buffer, key, key.narrow(2, 0, v_buffer.size(2)), loc);
+    kv_write = ops::prepare_kv_write(op, k_buffer, v_buffer, key, key.narrow(2, 0, v_buffer.size(2)), loc, false,
+                                     fp8 != nullptr);
     kv_write.params.value = nullptr;
   } else if (writes) {
-    kv_write = ops::prepare_kv_write(op, k_buffer, v_buffer, key, value, loc, int8 != nullptr);
+    kv_write = ops::prepare_kv_write(op, k_buffer, v_buffer, key, value, loc, int8 != nullptr, fp8 != nullptr);
   } else {
     rank(op, "loc", loc, 1, "[B]");
-    if (!int8) {
+    if (!int8 && !fp8) {
       not_int8_cache(op, "k_buffer", k_buffer);
       not_int8_cache(op, "v_buffer", v_buffer);
       same_dtype(op, "v_buffer", v_buffer, "k_buffer", k_buffer);
@@ -127,7 +135,7 @@ void decode_attention(const char* op, const Int8KvArgs* int8, const at::Tensor& 
   }
 
   const DType dtype = float_dtype(op, "query", query);
-  if (!int8) same_dtype(op, "k_buffer", k_buffer, "query", query);
+  if (!int8 && !fp8) same_dtype(op, "k_buffer", k_buffer, "query", query);
   same_dtype(op, "output", output, "query", query);
   TORCH_CHECK(attn_logits.scalar_type() == at::kFloat, op, ": attn_logits must have dtype float32, got ",
               attn_logits.scalar_type());
@@ -189,6 +197,8 @@ void decode_attention(const char* op, const Int8KvArgs* int8, const at::Tensor& 
   if (batch == 0) return;
   if (writes && int8) {
     run_int8_write(q8, kv_write.params, new_int8);
+  } else if (writes && fp8) {
+    run_fp8_write(f8, kv_write.params);
   } else if (writes) {
     ops::run_kv_write(kv_write);
   }
@@ -224,6 +234,7 @@ void decode_attention(const char* op, const Int8KvArgs* int8, const at::Tensor& 
   p.logit_cap = static_cast<float>(logit_cap);
   p.sinks = opts.sinks_data();
   if (int8) set_int8_params(p, q8);
+  if (fp8) set_fp8_params(p, f8);
   TORCH_CHECK(ops::kernels().decode_attention(p, ops::torch_pool()), op,
               ": a worker could not allocate its scratch memory; output is incomplete");
 }

@@ -11,6 +11,7 @@
 
 #include "ops/attention.h"
 #include "ops/attention_options.h"
+#include "ops/fp8_kv.h"
 #include "ops/int8_kv.h"
 
 namespace rvv_attn::entry {
@@ -23,8 +24,8 @@ void decode_attention_cpu(const at::Tensor& query, at::Tensor& k_buffer, at::Ten
                           const at::Tensor& req_to_token, const at::Tensor& req_pool_indices,
                           const at::Tensor& seq_lens, double sm_scale, double logit_cap, bool is_cross_attn,
                           int64_t sliding_window_size, const OptTensor& encoder_lens, const OptTensor& sinks) {
-  ops::decode_attention(Op, nullptr, query, k_buffer, v_buffer, output, key, value, loc, attn_logits, req_to_token,
-                        req_pool_indices, seq_lens, sm_scale, logit_cap,
+  ops::decode_attention(Op, nullptr, nullptr, query, k_buffer, v_buffer, output, key, value, loc, attn_logits,
+                        req_to_token, req_pool_indices, seq_lens, sm_scale, logit_cap,
                         {is_cross_attn, sliding_window_size, encoder_lens, sinks});
 }
 
@@ -36,7 +37,7 @@ void extend_attention_cpu(const at::Tensor& q_extend, const OptTensor& k_extend,
                           const at::Tensor& extend_start_loc, int64_t max_len_extend, double sm_scale, double logit_cap,
                           bool is_cross_attn, int64_t sliding_window_size, const OptTensor& encoder_lens,
                           const OptTensor& sinks) {
-  ops::extend_attention(Op, nullptr, q_extend, k_extend, v_extend, o_extend, k_buffer, v_buffer, req_to_token,
+  ops::extend_attention(Op, nullptr, nullptr, q_extend, k_extend, v_extend, o_extend, k_buffer, v_buffer, req_to_token,
                         req_pool_indices, seq_lens, extend_seq_lens, extend_start_loc, max_len_extend, sm_scale,
                         logit_cap, {is_cross_attn, sliding_window_size, encoder_lens, sinks});
 }
@@ -50,8 +51,8 @@ void decode_attention_int8_cpu(const at::Tensor& query, at::Tensor& k_buffer, at
                                double v_scale, bool is_cross_attn, int64_t sliding_window_size,
                                const OptTensor& encoder_lens, const OptTensor& sinks) {
   const ops::Int8KvArgs int8{k_scale_buf, v_scale_buf, k_scale, v_scale};
-  ops::decode_attention(Op, &int8, query, k_buffer, v_buffer, output, key, value, loc, attn_logits, req_to_token,
-                        req_pool_indices, seq_lens, sm_scale, logit_cap,
+  ops::decode_attention(Op, &int8, nullptr, query, k_buffer, v_buffer, output, key, value, loc, attn_logits,
+                        req_to_token, req_pool_indices, seq_lens, sm_scale, logit_cap,
                         {is_cross_attn, sliding_window_size, encoder_lens, sinks});
 }
 
@@ -66,7 +67,36 @@ void extend_attention_int8_cpu(const at::Tensor& q_extend, const OptTensor& k_ex
                                double v_scale, bool is_cross_attn, int64_t sliding_window_size,
                                const OptTensor& encoder_lens, const OptTensor& sinks) {
   const ops::Int8KvArgs int8{k_scale_buf, v_scale_buf, k_scale, v_scale};
-  ops::extend_attention(Op, &int8, q_extend, k_extend, v_extend, o_extend, k_buffer, v_buffer, req_to_token,
+  ops::extend_attention(Op, &int8, nullptr, q_extend, k_extend, v_extend, o_extend, k_buffer, v_buffer, req_to_token,
+                        req_pool_indices, seq_lens, extend_seq_lens, extend_start_loc, max_len_extend, sm_scale,
+                        logit_cap, {is_cross_attn, sliding_window_size, encoder_lens, sinks});
+}
+
+template <const char* Op>
+void decode_attention_fp8_cpu(const at::Tensor& query, at::Tensor& k_buffer, at::Tensor& v_buffer, at::Tensor& output,
+                              const OptTensor& key, const OptTensor& value, const at::Tensor& loc,
+                              at::Tensor& attn_logits, const at::Tensor& req_to_token,
+                              const at::Tensor& req_pool_indices, const at::Tensor& seq_lens, double sm_scale,
+                              double logit_cap, double k_scale, double v_scale, bool is_cross_attn,
+                              int64_t sliding_window_size, const OptTensor& encoder_lens, const OptTensor& sinks) {
+  const ops::Fp8KvArgs fp8{k_scale, v_scale};
+  ops::decode_attention(Op, nullptr, &fp8, query, k_buffer, v_buffer, output, key, value, loc, attn_logits,
+                        req_to_token, req_pool_indices, seq_lens, sm_scale, logit_cap,
+                        {is_cross_attn, sliding_window_size, encoder_lens, sinks});
+}
+
+// Reads the cache only, as the float operator: SGLang's fp8 pool has
+// written the new tokens before the call.
+template <const char* Op>
+void extend_attention_fp8_cpu(const at::Tensor& q_extend, const OptTensor& k_extend, const OptTensor& v_extend,
+                              at::Tensor& o_extend, const at::Tensor& k_buffer, const at::Tensor& v_buffer,
+                              const at::Tensor& req_to_token, const at::Tensor& req_pool_indices,
+                              const at::Tensor& seq_lens, const at::Tensor& extend_seq_lens,
+                              const at::Tensor& extend_start_loc, int64_t max_len_extend, double sm_scale,
+                              double logit_cap, double k_scale, double v_scale, bool is_cross_attn,
+                              int64_t sliding_window_size, const OptTensor& encoder_lens, const OptTensor& sinks) {
+  const ops::Fp8KvArgs fp8{k_scale, v_scale};
+  ops::extend_attention(Op, nullptr, &fp8, q_extend, k_extend, v_extend, o_extend, k_buffer, v_buffer, req_to_token,
                         req_pool_indices, seq_lens, extend_seq_lens, extend_start_loc, max_len_extend, sm_scale,
                         logit_cap, {is_cross_attn, sliding_window_size, encoder_lens, sinks});
 }

@@ -37,7 +37,7 @@ constexpr int64_t kMaxHeadDimV = 512;
 // ``new_tokens`` (cross attention) k and v are not read, and not checked;
 // with ``prefix_skipped`` (SGLang's MLA prefill) the caches are not read,
 // and only their ranks and dtypes are checked.
-DType check_layout(const char* op, bool int8, bool new_tokens, bool prefix_skipped, const at::Tensor& q,
+DType check_layout(const char* op, bool quantized, bool new_tokens, bool prefix_skipped, const at::Tensor& q,
                    const at::Tensor& k, const at::Tensor& v, const at::Tensor& o, const at::Tensor& k_buffer,
                    const at::Tensor& v_buffer, const at::Tensor& req_to_token, const at::Tensor& req_pool_indices,
                    const at::Tensor& seq_lens, const at::Tensor& extend_seq_lens, const at::Tensor& extend_start_loc) {
@@ -55,8 +55,8 @@ DType check_layout(const char* op, bool int8, bool new_tokens, bool prefix_skipp
 
   const DType dtype = float_dtype(op, "q_extend", q);
   same_dtype(op, "o_extend", o, "q_extend", q);
-  if (!int8) {
-    // (The int8 operator checks its caches and new K/V itself.)
+  if (!quantized) {
+    // (The int8 and fp8 operators check their caches and new K/V themselves.)
     not_int8_cache(op, "k_buffer", k_buffer);
     not_int8_cache(op, "v_buffer", v_buffer);
     if (new_tokens) {
@@ -205,13 +205,14 @@ void ops::run_extend_kernel(ExtendParams& p) {
   table.extend_attention(p, ops::torch_pool());
 }
 
-void ops::extend_attention(const char* op, const ops::Int8KvArgs* int8, const at::Tensor& q_extend,
-                           const std::optional<at::Tensor>& k_extend_arg, const std::optional<at::Tensor>& v_extend_arg,
-                           at::Tensor& o_extend, const at::Tensor& k_buffer, const at::Tensor& v_buffer,
-                           const at::Tensor& req_to_token, const at::Tensor& req_pool_indices,
-                           const at::Tensor& seq_lens, const at::Tensor& extend_seq_lens,
-                           const at::Tensor& extend_start_loc, int64_t max_len_extend, double sm_scale,
-                           double logit_cap, const ops::AttentionOptions& options) {
+void ops::extend_attention(const char* op, const ops::Int8KvArgs* int8, const ops::Fp8KvArgs* fp8,
+                           const at::Tensor& q_extend, const std::optional<at::Tensor>& k_extend_arg,
+                           const std::optional<at::Tensor>& v_extend_arg, at::Tensor& o_extend,
+                           const at::Tensor& k_buffer, const at::Tensor& v_buffer, const at::Tensor& req_to_token,
+                           const at::Tensor& req_pool_indices, const at::Tensor& seq_lens,
+                           const at::Tensor& extend_seq_lens, const at::Tensor& extend_start_loc,
+                           int64_t max_len_extend, double sm_scale, double logit_cap,
+                           const ops::AttentionOptions& options) {
   // Cross attention attends the encoder's cached tokens only: k_extend and
   // v_extend are ignored (SGLang passes them, or None).
   const bool new_tokens = !options.is_cross_attn;
@@ -226,7 +227,7 @@ void ops::extend_attention(const char* op, const ops::Int8KvArgs* int8, const at
   // k_extend/v_extend the full heads; only the new tokens are attended, so
   // every prefix must be 0 (checked below).
   const bool prefix_skipped =
-      !int8 && new_tokens && k_extend.dim() == 3 && k_buffer.dim() == 3 && k_buffer.size(1) != k_extend.size(1);
+      !int8 && !fp8 && new_tokens && k_extend.dim() == 3 && k_buffer.dim() == 3 && k_buffer.size(1) != k_extend.size(1);
   ops::Int8Setup q8{};
   bool new_int8 = false;
   if (int8) {
@@ -238,9 +239,20 @@ void ops::extend_attention(const char* op, const ops::Int8KvArgs* int8, const at
       new_int8 = ops::check_new_kv_dtype(op, "k_extend", k_extend, "v_extend", v_extend, "q_extend", q_extend);
     }
   }
-  const DType dtype =
-      check_layout(op, int8 != nullptr, new_tokens, prefix_skipped, q_extend, k_extend, v_extend, o_extend, k_buffer,
-                   v_buffer, req_to_token, req_pool_indices, seq_lens, extend_seq_lens, extend_start_loc);
+  // fp8: the new tokens are the query's float dtype, attended as given
+  // (SGLang's pool has written them to the cache before the call).
+  ops::Fp8Setup f8{};
+  if (fp8) {
+    checks::rank(op, "q_extend", q_extend, 3, "[T, H, D]");
+    f8 = ops::check_fp8_args(op, *fp8, k_buffer, v_buffer);
+    if (new_tokens) {
+      checks::same_dtype(op, "k_extend", k_extend, "q_extend", q_extend);
+      checks::same_dtype(op, "v_extend", v_extend, "q_extend", q_extend);
+    }
+  }
+  const DType dtype = check_layout(op, int8 != nullptr || fp8 != nullptr, new_tokens, prefix_skipped, q_extend,
+                                   k_extend, v_extend, o_extend, k_buffer, v_buffer, req_to_token, req_pool_indices,
+                                   seq_lens, extend_seq_lens, extend_start_loc);
   TORCH_CHECK(std::isfinite(sm_scale) && std::isfinite(static_cast<float>(sm_scale)), op, ": sm_scale = ", sm_scale,
               " is not a finite float32");
   checks::logit_cap(op, logit_cap);
@@ -388,6 +400,7 @@ void ops::extend_attention(const char* op, const ops::Int8KvArgs* int8, const at
     // Float new tokens are attended as given; int8 ones are the cache's values.
     p.new_tokens_from_cache = new_tokens && new_int8;
   }
+  if (fp8) ops::set_fp8_params(p, f8);
   ops::run_extend_kernel(p);
 }
 

@@ -27,8 +27,8 @@ void check_slots(const char* op, const at::Tensor& loc, int64_t k_slots, int64_t
 }  // namespace
 
 PreparedKvWrite prepare_kv_write(const char* op, const at::Tensor& k_buffer, const at::Tensor& v_buffer,
-                                 const at::Tensor& key, const at::Tensor& value, const at::Tensor& loc,
-                                 bool int8_cache) {
+                                 const at::Tensor& key, const at::Tensor& value, const at::Tensor& loc, bool int8_cache,
+                                 bool fp8_cache) {
   using namespace checks;
   rank(op, "k_buffer", k_buffer, 3, "[max_total_tokens, H_kv, D]");
   rank(op, "v_buffer", v_buffer, 3, "[max_total_tokens, H_kv, Dv]");
@@ -39,6 +39,9 @@ PreparedKvWrite prepare_kv_write(const char* op, const at::Tensor& k_buffer, con
   if (int8_cache) {
     // The caller checked that k_buffer/v_buffer are int8.
     if (key.scalar_type() != at::kChar) dtype = float_dtype(op, "key", key);
+    same_dtype(op, "value", value, "key", key);
+  } else if (fp8_cache) {
+    dtype = float_dtype(op, "key", key);
     same_dtype(op, "value", value, "key", key);
   } else {
     not_int8_cache(op, "k_buffer", k_buffer);

@@ -35,9 +35,11 @@ void keep_last_write_per_slot(PreparedKvWrite& prepared);
 // buffers must be int8 instead and key/value may be int8 or any float dtype
 // (the caller checks them against its query); params.dtype is then key's
 // float dtype (Float32 for int8 keys), and params go to run_int8_write.
+// With ``fp8_cache`` the buffers hold fp8 codes (checked by the caller)
+// and key/value must share a float dtype (params.dtype, for run_fp8_write).
 PreparedKvWrite prepare_kv_write(const char* op, const at::Tensor& k_buffer, const at::Tensor& v_buffer,
                                  const at::Tensor& key, const at::Tensor& value, const at::Tensor& loc,
-                                 bool int8_cache = false);
+                                 bool int8_cache = false, bool fp8_cache = false);
 
 // k_buffer[loc[b]] = key[b], v_buffer[loc[b]] = value[b] with the active variant.
 void run_kv_write(const PreparedKvWrite& prepared);
