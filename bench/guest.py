@@ -28,6 +28,7 @@ MARK_FD = -21078
 MARK_RANGE_LO, MARK_RANGE_HI, MARK_START, MARK_END = 0x5201, 0x5202, 0x5203, 0x5204
 EMPTY_REGION = 0
 STATIC_SCALE = 0.02
+FP8_SCALE = 0.05  # codes ~N(0, 1) * 20 (most of e4m3's range), values ~N(0, 1)
 # Every run uses caches of this many slots, whatever its cases, so a case sees
 # the same data (and addresses) in a full run as in a subset. Sequences of a
 # batch draw their slots independently from the first MAX_TOKENS (shared
@@ -79,7 +80,7 @@ class Caches:
         self._made: dict[tuple, tuple[torch.Tensor, ...]] = {}
 
     def get(self, case: dict) -> tuple[torch.Tensor, ...]:
-        dtype = "bf16" if case["dtype"] == "bf16" else "int8"
+        dtype = case["dtype"] if case["dtype"] in ("bf16", "fp8") else "int8"
         shape = (dtype, case["heads_kv"], case["head_dim"], case["head_dim_v"], case.get("v_in_k", False))
         long = tokens_of(case) > MAX_TOKENS
         key = (*shape, long)
@@ -98,9 +99,14 @@ class Caches:
     def _fresh(self, dtype: str, hkv: int, d: int, dv: int, v_in_k: bool) -> tuple[torch.Tensor, ...]:
         g = torch.Generator().manual_seed(1)
         slots = self.slots
-        if dtype == "bf16":
-            k = torch.randn(slots, hkv, d, generator=g).bfloat16()
-            return (k, k[..., :dv]) if v_in_k else (k, torch.randn(slots, hkv, dv, generator=g).bfloat16())
+        if dtype in ("bf16", "fp8"):
+
+            def rows(*shape):
+                x = torch.randn(*shape, generator=g)
+                return x.bfloat16() if dtype == "bf16" else (x * 20).to(torch.float8_e4m3fn)
+
+            k = rows(slots, hkv, d)
+            return (k, k[..., :dv]) if v_in_k else (k, rows(slots, hkv, dv))
         k = torch.randint(-127, 128, (slots, hkv, d), generator=g, dtype=torch.int8)
         v = torch.randint(-127, 128, (slots, hkv, dv), generator=g, dtype=torch.int8)
         ks = torch.rand(slots, hkv, generator=g) * 0.02 + 0.01
@@ -162,6 +168,10 @@ def decode_call(case: dict, caches: Caches):
                 output[i] = out.squeeze(1)
 
         return native
+    if case["dtype"] == "fp8":
+        # As SGLang calls it: its pool has written the new token, so key = value = None.
+        args = (query, *kv, output, None, None, loc, logits, req_to_token, pools, seq_lens, sm_scale, 0.0)
+        return lambda: OPS.decode_attention_fp8_cpu(*args, FP8_SCALE, FP8_SCALE)
     if case["dtype"] == "bf16":
         args = (
             query,
@@ -241,6 +251,8 @@ def extend_call(case: dict, caches: Caches):
     if case["dtype"] == "bf16":
         options = (False, case["window"] or -1, None, _sinks(case, g))
         return lambda: OPS.extend_attention_cpu(*common, *options)
+    if case["dtype"] == "fp8":
+        return lambda: OPS.extend_attention_fp8_cpu(*common, FP8_SCALE, FP8_SCALE)
     scale = STATIC_SCALE if case["dtype"] == "int8-static" else float("nan")
     return lambda: OPS.extend_attention_int8_cpu(*common, kv[2], kv[3], scale, scale)
 

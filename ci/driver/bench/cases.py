@@ -12,7 +12,7 @@ HEADS, HEADS_KV, HEAD_DIM = 32, 8, 128
 DECODE_SPLITS = 8
 NEW_TOKENS = 256
 LONG_CONTEXT = 32768
-DTYPES = ("bf16", "int8-static", "int8-dynamic")
+DTYPES = ("bf16", "int8-static", "int8-dynamic", "fp8")
 NATIVE = "torch-sdpa"
 # The VLEN of the headline figures: the int8 extend rows, the guard's subset and the docs' detail table.
 HEADLINE_VLEN = 256
@@ -24,7 +24,7 @@ PORTABLE = "portable"
 @dataclass(frozen=True)
 class Case:
     op: str  # "decode", "extend" or "varlen"
-    dtype: str  # "bf16", "int8-static", "int8-dynamic"
+    dtype: str  # "bf16", "int8-static", "int8-dynamic", "fp8" (e4m3, static scales, as SGLang calls it)
     batch: int = 1  # varlen: images
     seq: int = 0  # decode: tokens in the sequence, the new one included
     prefix: int = 0  # extend: cached tokens before the new ones
@@ -130,8 +130,14 @@ def kernel_cases(int8_extend: bool = True) -> list[Case]:
     K/V loads differ), and their long-context cost by the decode rows. Then the 32k and MLA decode rows.
     """
     cases = [Case("decode", dt, batch=b, seq=s) for dt in DTYPES for b in (1, 8) for s in (1024, 4096)]
-    cases += [Case("extend", dt, prefix=0, new=NEW_TOKENS) for dt in DTYPES if int8_extend or dt == "bf16"]
+    quantized = [dt for dt in DTYPES if dt.startswith("int8")]
+    cases += [
+        Case("extend", dt, prefix=0, new=NEW_TOKENS) for dt in ["bf16", *quantized] if int8_extend or dt == "bf16"
+    ]
     cases.append(Case("extend", "bf16", prefix=1024, new=NEW_TOKENS))
+    if int8_extend:
+        # fp8 extend reads the cache only for its prefix (SGLang's pool writes the new tokens): beside bf16's.
+        cases.append(Case("extend", "fp8", prefix=1024, new=NEW_TOKENS))
     return cases + long_and_mla_cases()
 
 
