@@ -414,39 +414,41 @@ struct KvWords<T, KvKind::Fp8> {
 // Whether any of the n K rows (k_bytes codes at address k_rows[i]) or V
 // rows holds a NaN code (magnitude 0x7f): running unsigned and signed byte
 // maxima, since 0xff is the largest code unsigned and 0x7f the largest
-// signed. Two instructions per row segment, and one reduction pair per call.
+// signed. Every load has one length, min(k_bytes, v_bytes, VLMAX), so the
+// loop runs at one vtype; a longer row is read in pieces of that length, its
+// last piece overlapping the one before (a byte read twice changes no
+// maximum). Three vector instructions per row segment, and one reduction
+// pair per call.
 inline bool any_e4m3_nan(const int64_t* k_rows, int64_t k_bytes, const int64_t* v_rows, int64_t v_bytes, size_t n) {
-  const size_t vlmax = __riscv_vsetvlmax_e8m4();
-  vuint8m4_t hi = __riscv_vmv_v_x_u8m4(0, vlmax);
-  vint8m4_t top = __riscv_vmv_v_x_i8m4(0, vlmax);
-  const auto scan = [&](const int64_t* rows, int64_t bytes) {
-    if (bytes <= 0) return;
-    if (static_cast<size_t>(bytes) <= vlmax) {
-      const size_t vl = __riscv_vsetvl_e8m4(static_cast<size_t>(bytes));
-      for (size_t i = 0; i < n; ++i) {
-        const vuint8m4_t b = __riscv_vle8_v_u8m4(reinterpret_cast<const uint8_t*>(rows[i]), vl);
-        hi = __riscv_vmaxu_vv_u8m4_tu(hi, hi, b, vl);
-        top = __riscv_vmax_vv_i8m4_tu(top, top, __riscv_vreinterpret_v_u8m4_i8m4(b), vl);
-      }
-      return;
-    }
-    for (size_t i = 0; i < n; ++i) {
-      const uint8_t* row = reinterpret_cast<const uint8_t*>(rows[i]);
-      for (int64_t c = 0; c < bytes;) {
-        const size_t vl = __riscv_vsetvl_e8m4(static_cast<size_t>(bytes - c));
-        const vuint8m4_t b = __riscv_vle8_v_u8m4(row + c, vl);
-        hi = __riscv_vmaxu_vv_u8m4_tu(hi, hi, b, vl);
-        top = __riscv_vmax_vv_i8m4_tu(top, top, __riscv_vreinterpret_v_u8m4_i8m4(b), vl);
-        c += static_cast<int64_t>(vl);
-      }
-    }
+  const size_t shortest = static_cast<size_t>(k_bytes < v_bytes ? k_bytes : v_bytes);
+  const size_t vl = __riscv_vsetvl_e8m4(shortest);
+  vuint8m4_t hi = __riscv_vmv_v_x_u8m4(0, vl);
+  vint8m4_t top = __riscv_vmv_v_x_i8m4(0, vl);
+  const auto piece = [&](const int64_t address) {
+    const vuint8m4_t b = __riscv_vle8_v_u8m4(reinterpret_cast<const uint8_t*>(address), vl);
+    hi = __riscv_vmaxu_vv_u8m4(hi, b, vl);
+    top = __riscv_vmax_vv_i8m4(top, __riscv_vreinterpret_v_u8m4_i8m4(b), vl);
   };
-  scan(k_rows, k_bytes);
-  scan(v_rows, v_bytes);
+  const auto row = [&](const int64_t address, int64_t bytes) {
+    for (int64_t c = 0; c + static_cast<int64_t>(vl) < bytes; c += static_cast<int64_t>(vl)) piece(address + c);
+    piece(address + bytes - static_cast<int64_t>(vl));
+  };
+  if (static_cast<int64_t>(vl) == k_bytes && k_bytes == v_bytes) {
+    // Every row one piece (D = Dv <= VLEN / 2, the common head): no piece loop.
+    for (size_t i = 0; i < n; ++i) {
+      piece(k_rows[i]);
+      piece(v_rows[i]);
+    }
+  } else {
+    for (size_t i = 0; i < n; ++i) {
+      row(k_rows[i], k_bytes);
+      row(v_rows[i], v_bytes);
+    }
+  }
   const uint8_t max_unsigned =
-      __riscv_vmv_x_s_u8m1_u8(__riscv_vredmaxu_vs_u8m4_u8m1(hi, __riscv_vmv_s_x_u8m1(0, 1), vlmax));
+      __riscv_vmv_x_s_u8m1_u8(__riscv_vredmaxu_vs_u8m4_u8m1(hi, __riscv_vmv_s_x_u8m1(0, 1), vl));
   const int8_t max_signed =
-      __riscv_vmv_x_s_i8m1_i8(__riscv_vredmax_vs_i8m4_i8m1(top, __riscv_vmv_s_x_i8m1(0, 1), vlmax));
+      __riscv_vmv_x_s_i8m1_i8(__riscv_vredmax_vs_i8m4_i8m1(top, __riscv_vmv_s_x_i8m1(0, 1), vl));
   return max_unsigned == 0xffu || max_signed == 0x7f;
 }
 
