@@ -440,3 +440,87 @@ def test_demo_through_sglang_agrees_token_for_token(sgl, model, capsys):
     run += ["--model", model, "--window", "4", "--sglang"]
     assert demo.main(run) == 0, capsys.readouterr().out
     assert "(rvv, torch_native, sglang)" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("mode", ["decode", "extend"])
+@pytest.mark.parametrize("scales", [None, (0.05, 0.02)], ids=["scale1", "scaled"])
+def test_fp8_pool_matches_its_reference_and_the_bf16_pool(sgl, mode, scales):
+    """--kv-cache-dtype fp8_e4m3: SGLang's pool holds float8_e4m3fn codes (in uint8), quantized with the
+    layer's k_scale/v_scale. The output is the float64 attention over the dequantized cache (the new tokens
+    as given in extend), the new rows are the pool's own codes, and the output differs from the bf16 pool's
+    by no more than the quantization moves the float64 reference."""
+    layer = _layer(sgl, 0, 4, 2, 64)
+    if scales is not None:
+        layer.k_scale_float, layer.v_scale_float = scales
+    k_scale, v_scale = scales or (1.0, 1.0)
+    setups = {
+        dtype: Setup(sgl, "mha", dtype, [layer], torch.Generator().manual_seed(29))
+        for dtype in (torch.float8_e4m3fn, torch.bfloat16)
+    }
+    # One cache content: bf16 values whose codes span e4m3's range, and the pool's quantization of them.
+    values = torch.randn(
+        setups[torch.bfloat16]._buffers("rvv", layer)[0].shape, generator=torch.Generator().manual_seed(3)
+    )
+    for i, scale in enumerate((k_scale, v_scale)):
+        x = (values * (20 * scale)).to(torch.bfloat16)
+        setups[torch.bfloat16]._buffers("rvv", layer)[i].copy_(x)
+        setups[torch.float8_e4m3fn]._buffers("rvv", layer)[i].copy_(x.clone().div_(scale).to(torch.float8_e4m3fn))
+    prefix_lens = [3, 40, 17]
+    new_lens = [1, 1, 1] if mode == "decode" else [5, 2, 9]
+    g = torch.Generator().manual_seed(31)
+    q = torch.randn(sum(new_lens), 4 * 64, generator=g).to(torch.bfloat16)
+    k = (torch.randn(sum(new_lens), 2 * 64, generator=g) * (20 * k_scale)).to(torch.bfloat16)
+    v = (torch.randn(sum(new_lens), 2 * 64, generator=g) * (20 * v_scale)).to(torch.bfloat16)
+    outputs, references = {}, {}
+    for dtype, setup in setups.items():
+        fb = setup.batch(mode, prefix_lens, new_lens)
+        k_in, v_in = k.clone(), v.clone()
+        outputs[dtype] = setup.run("rvv", layer, fb, q, k_in, v_in).view(-1, 4, 64)
+        assert torch.equal(k_in, k) and torch.equal(v_in, v), "the backend changed the layer's k/v"
+        key_buffer, value_buffer = setup._buffers("rvv", layer)
+        if dtype == torch.float8_e4m3fn:
+            # The new rows are the pool's codes for them, and the reference reads the cache's values.
+            for buffer, new, scale in ((key_buffer, k, k_scale), (value_buffer, v, v_scale)):
+                codes = new.view(-1, 2, 64).clone().div_(scale).to(torch.float8_e4m3fn)
+                assert torch.equal(buffer[fb.out_cache_loc].view(torch.uint8), codes.view(torch.uint8))
+            key_buffer = key_buffer.to(torch.float64) * k_scale
+            value_buffer = value_buffer.to(torch.float64) * v_scale
+        references[dtype] = _reference_on(setup, layer, fb, q, k, v, key_buffer, value_buffer)
+        assert_close_to_reference(outputs[dtype], references[dtype])
+    fp8, bf16 = torch.float8_e4m3fn, torch.bfloat16
+    quantization = (references[fp8] - references[bf16]).abs()
+    assert quantization.max() > 0, "the fp8 cache holds the bf16 values exactly: nothing was quantized"
+    # Each output is within its dtype's tolerance of its own reference (checked above): bf16's rounding of both.
+    slack = 2 * 2.0**-8 * references[bf16].abs() + 1e-5
+    assert ((outputs[fp8].double() - outputs[bf16].double()).abs() <= quantization + slack).all()
+
+
+def _reference_on(setup: Setup, layer, fb, q, k, v, key_buffer, value_buffer) -> torch.Tensor:
+    """_reference over the given cache buffers (an fp8 cache's values in float64)."""
+    heads, dk, dv = layer.tp_q_head_num, layer.qk_head_dim, layer.v_head_dim
+    req_to_token = setup.req_to_token_pool.req_to_token
+    if fb.forward_mode.is_decode():
+        return reference.decode_attention(
+            q.view(-1, heads, dk),
+            key_buffer,
+            value_buffer,
+            req_to_token,
+            fb.req_pool_indices,
+            fb.seq_lens,
+            layer.scaling,
+            0.0,
+        )
+    return reference.extend_attention_options(
+        q.view(-1, heads, dk),
+        k.view(-1, layer.tp_k_head_num, dk).double(),
+        v.view(-1, layer.tp_v_head_num, dv).double(),
+        key_buffer,
+        value_buffer,
+        req_to_token,
+        fb.req_pool_indices,
+        fb.seq_lens,
+        fb.extend_seq_lens,
+        fb.extend_start_loc,
+        layer.scaling,
+        0.0,
+    )

@@ -27,10 +27,15 @@ What it serves:
   and its padding rows, which all write slot 0 (a call's repeated slots are
   written in batch order, last write wins, before any read).
 
+- an fp8 KV cache (``--kv-cache-dtype fp8_e4m3``: SGLang's pool holds
+  float8_e4m3fn codes, quantized with each layer's ``k_scale``/``v_scale``,
+  1.0 when the checkpoint has none), through the ``*_fp8_cpu`` operators;
+  the new tokens are quantized exactly as the pool's ``set_kv_buffer`` does.
+
 It refuses, with an error naming what is missing: speculative decoding's
-tree masks, an encoder-only layer with a cached prefix, and an fp8 KV cache
-(SGLang's CPU path offers fp8 only with Intel AMX, and no int8 cache; the
-int8 operators of ``torch.ops.rvv_attn`` have no SGLang pool to serve).
+tree masks and an encoder-only layer with a cached prefix. (SGLang's CPU
+path has no int8 pool, so the int8 operators of ``torch.ops.rvv_attn`` have
+none to serve.)
 """
 
 from __future__ import annotations
@@ -168,9 +173,10 @@ class RvvAttnBackend(AttentionBackend):
         if self._is_window_layer(layer) and not layer.is_cross_attention:
             cache_loc = self.swa_out_cache_loc
             req_to_token, req_pool_indices = self._window_pool_rows(req_pool_indices, seq_lens)
-        # The kernel writes this step's K/V itself (all writes before any read).
+        # The kernel writes this step's K/V itself (all writes before any read);
+        # into an fp8 cache quantized as the pool's set_kv_buffer would.
         write = save_kv_cache and k is not None and v is not None
-        ops.decode_attention_cpu(
+        arguments = (
             q.view(-1, heads, dk),
             key_buffer,
             value_buffer,
@@ -184,11 +190,12 @@ class RvvAttnBackend(AttentionBackend):
             seq_lens,
             layer.scaling,
             float(layer.logit_cap or 0.0),
-            layer.is_cross_attention,
-            _kernel_window(layer),
-            forward_batch.encoder_lens,
-            sinks,
         )
+        options = (layer.is_cross_attention, _kernel_window(layer), forward_batch.encoder_lens, sinks)
+        if key_buffer.dtype == torch.float8_e4m3fn:
+            ops.decode_attention_fp8_cpu(*arguments, *_fp8_scales(layer), *options)
+        else:
+            ops.decode_attention_cpu(*arguments, *options)
         return output
 
     def forward_extend(
@@ -208,12 +215,21 @@ class RvvAttnBackend(AttentionBackend):
         key_buffer, value_buffer = self._buffers(layer)
         heads, dk, dv = layer.tp_q_head_num, layer.qk_head_dim, layer.v_head_dim
         output = q.new_empty((q.shape[0], heads * dv))
+        fp8 = key_buffer.dtype == torch.float8_e4m3fn
         if save_kv_cache and k is not None and v is not None:
             if layer.is_cross_attention:
                 where = KVWriteLoc(forward_batch.encoder_out_cache_loc)
             else:
                 where = KVWriteLoc(forward_batch.out_cache_loc, self.swa_out_cache_loc)
-            self.token_to_kv_pool.set_kv_buffer(layer, where, k, v)
+            if fp8:
+                # The pool quantizes: x / scale in x's dtype, then torch's conversion (None: scale 1). It
+                # divides in place, and the kernel attends the new tokens as given: it gets copies.
+                k_scale, v_scale = getattr(layer, "k_scale_float", None), getattr(layer, "v_scale_float", None)
+                cache_k = k if k_scale is None else k.clone()
+                cache_v = v if v_scale is None else v.clone()
+                self.token_to_kv_pool.set_kv_buffer(layer, where, cache_k, cache_v, k_scale=k_scale, v_scale=v_scale)
+            else:
+                self.token_to_kv_pool.set_kv_buffer(layer, where, k, v)
 
         if layer.attn_type == AttentionType.ENCODER_ONLY and not layer.is_cross_attention:
             return self._encoder_only(q, k, v, layer, meta, output)
@@ -224,7 +240,7 @@ class RvvAttnBackend(AttentionBackend):
             req_to_token, req_pool_indices = self._window_pool_rows(req_pool_indices, meta.seq_lens)
         new_k = None if k is None else k.view(-1, layer.tp_k_head_num, k.shape[-1])
         new_v = None if v is None else v.view(-1, layer.tp_v_head_num, v.shape[-1])
-        ops.extend_attention_cpu(
+        arguments = (
             q.view(-1, heads, dk),
             new_k,
             new_v,
@@ -239,11 +255,13 @@ class RvvAttnBackend(AttentionBackend):
             meta.max_extend_len,
             layer.scaling,
             float(layer.logit_cap or 0.0),
-            layer.is_cross_attention,
-            _kernel_window(layer),
-            forward_batch.encoder_lens,
-            sinks,
         )
+        options = (layer.is_cross_attention, _kernel_window(layer), forward_batch.encoder_lens, sinks)
+        if fp8:
+            # The new tokens are attended as given, the prefix as the cache holds it (as SGLang's CPU backend).
+            ops.extend_attention_fp8_cpu(*arguments, *_fp8_scales(layer), *options)
+        else:
+            ops.extend_attention_cpu(*arguments, *options)
         return output
 
     def _encoder_only(self, q, k, v, layer, meta: ExtendMetadata, output: torch.Tensor) -> torch.Tensor:
@@ -276,10 +294,11 @@ class RvvAttnBackend(AttentionBackend):
     def _buffers(self, layer: RadixAttention) -> tuple[torch.Tensor, torch.Tensor]:
         key_buffer = self.token_to_kv_pool.get_key_buffer(layer.layer_id)
         value_buffer = self.token_to_kv_pool.get_value_buffer(layer.layer_id)
-        if key_buffer.dtype not in (torch.float32, torch.bfloat16, torch.float16):
+        if key_buffer.dtype not in (torch.float32, torch.bfloat16, torch.float16, torch.float8_e4m3fn):
             raise NotImplementedError(
                 f"layer {layer.layer_id}: KV cache dtype {key_buffer.dtype} is not served by the rvv backend "
-                "(float32, bfloat16 and float16 are); start SGLang without --kv-cache-dtype"
+                "(float32, bfloat16, float16 and float8_e4m3fn are); start SGLang without --kv-cache-dtype, "
+                "or with --kv-cache-dtype fp8_e4m3"
             )
         return key_buffer, value_buffer
 
@@ -292,6 +311,11 @@ class RvvAttnBackend(AttentionBackend):
 
     def support_triton(self) -> bool:
         return False
+
+
+def _fp8_scales(layer: RadixAttention) -> tuple[float, float]:
+    # The layer's dequantization scales, 1.0 when the checkpoint has none (as SGLang's CPU backend passes them).
+    return (getattr(layer, "k_scale_float", None) or 1.0, getattr(layer, "v_scale_float", None) or 1.0)
 
 
 def _kernel_window(layer: RadixAttention) -> int:
