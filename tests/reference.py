@@ -294,13 +294,19 @@ def extend_attention_options(
     sinks: torch.Tensor | None = None,
     encoder_lens: torch.Tensor | None = None,
     cross: bool = False,
+    causal: bool = True,
+    tree_mask: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Extend with SGLang main's options, float64 [T, H, Dv] (rows no sequence owns: NaN).
+    """Extend with SGLang's options, float64 [T, H, Dv] (rows no sequence owns: NaN).
 
     Self attention: new token i (position P + i) sees the prefix (columns
     enc .. enc + P - 1) and new tokens up to itself, positions j with
     P + i - W < j <= P + i (no lower bound with W <= 0). Cross attention: the
     encoder tokens (columns 0 .. enc - 1) only, all of them, for every row.
+    ``causal`` False: every new token sees every new token. ``tree_mask``
+    (SGLang 0.5.23's flat bool [B * L * L], every sequence extending by L):
+    new token i of sequence b sees new token j iff tree_mask[b, i, j], and the
+    prefix in full.
     """
     tokens, heads, _ = q_extend.shape
     heads_kv, head_dim_v = k_buffer.shape[1], v_buffer.shape[2]
@@ -325,7 +331,9 @@ def extend_attention_options(
             values = torch.cat([v_buffer[slots], v_extend[rows]])
             key_pos = torch.arange(prefix + ext)[None, :]
             query_pos = (prefix + torch.arange(ext))[:, None]
-            visible = key_pos <= query_pos
+            visible = key_pos <= query_pos if causal else torch.ones(ext, prefix + ext, dtype=torch.bool)
+            if tree_mask is not None:
+                visible[:, prefix:] = tree_mask.view(-1, ext, ext)[b]
             if window > 0:
                 visible &= key_pos > query_pos - window
         k = keys.double().repeat_interleave(group, dim=1).transpose(0, 1)

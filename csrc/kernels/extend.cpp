@@ -45,6 +45,7 @@
 // so masking is a shorter vector length for that row: no mask vector, no
 // -inf arithmetic, and a row that sees nothing of a block skips it (its
 // scores are not even computed).
+#include <algorithm>
 #include <cstdint>
 #include <limits>
 
@@ -270,15 +271,19 @@ void score_tile(float* s, const float* qt, const float* kt, int64_t rows, int64_
 // With ``k_sc`` / ``v_sc`` (int8 cache, per-token scales; null when absent),
 // the scores are first multiplied by the keys' scales, and the
 // probabilities stored in s by the values' scales; the sum l is unscaled.
+// With ``shown`` (a tree mask's row; null when absent), the keys whose byte
+// is 0 get score -inf after the cap, so probability 0; at least one key of
+// the row must be shown.
 float online_softmax_step(float* s, int64_t n, float logit_cap, float* m, float* l, const float* k_sc,
-                          const float* v_sc) {
+                          const float* v_sc, const uint8_t* shown = nullptr) {
   float block_max = -std::numeric_limits<float>::infinity();
   for (int64_t c = 0; c < n;) {
     const size_t vl = vec::setvl(static_cast<size_t>(n - c));
     vec::VF x = vec::load(s + c, vl);
     if (k_sc != nullptr) x = vec::mul(x, vec::load(k_sc + c, vl), vl);
     if (logit_cap > 0) x = vec::softcap(x, logit_cap, vl);
-    if (k_sc != nullptr || logit_cap > 0) vec::store(s + c, x, vl);
+    if (shown != nullptr) x = vec::hide_unshown(x, shown + c, vl);
+    if (k_sc != nullptr || logit_cap > 0 || shown != nullptr) vec::store(s + c, x, vl);
     const float chunk_max = vec::reduce_max(x, vl);
     block_max = chunk_max > block_max ? chunk_max : block_max;
     c += static_cast<int64_t>(vl);
@@ -424,6 +429,9 @@ struct Item {
   // int8 cache, static scales not folded: applied per block as constants
   // (0: none).
   float k_const, v_const;
+  // The tree mask's row of the item's first query (null: no tree mask);
+  // row r's at tree_rows + r * p->tree_mask_len.
+  const uint8_t* tree_rows;
 };
 
 // Attend the item's rows to keys [k0, k0 + nb) of ``src``. ``diag`` < 0 for a
@@ -435,8 +443,10 @@ struct Item {
 // kQ8: the source is an int8 cache (PrefixRows), so dynamic scales apply.
 // kWindowed: a sliding window is set. A compile-time flag so that the
 // per-row window bookkeeping costs nothing in the common, unwindowed call.
+// ``tree``: the block is of new tokens and the item has a tree mask.
 template <typename Tr, bool kQ8, bool kWindowed, typename Src>
-void attend_block(const Item& it, const Src& src, int64_t k0, int64_t nb, int64_t diag, int64_t low) {
+void attend_block(const Item& it, const Src& src, int64_t k0, int64_t nb, int64_t diag, int64_t low,
+                  bool tree = false) {
   const rvv_attn::ExtendParams& p = *it.p;
   const Scratch& w = it.w;
   const int64_t Dv = p.head_dim_v;
@@ -502,11 +512,18 @@ void attend_block(const Item& it, const Src& src, int64_t k0, int64_t nb, int64_
         }
       }
     }
+    // The tree mask's bytes of this row for the block's keys; a row the
+    // mask shows none of them sees nothing of the block.
+    const uint8_t* shown = tree ? it.tree_rows + r * p.tree_mask_len + k0 : nullptr;
+    if (shown != nullptr && std::none_of(shown, shown + n, [](uint8_t b) { return b != 0; })) n = 0;
     seen[r] = n;
     // A row that sees nothing of the block (all of it in the row's future,
-    // or before its window) keeps its state: alpha 1 and no keys.
+    // or before its window, or hidden by the tree mask) keeps its state:
+    // alpha 1 and no keys.
     if (n == 0) {
       alpha[r] = 1.0f;
+    } else if (shown != nullptr) {
+      alpha[r] = online_softmax_step(w.s + r * BN, n, p.logit_cap, &w.m[r], &w.l[r], k_sc, v_sc, shown);
     } else if constexpr (kWindowed) {
       alpha[r] =
           online_softmax_step(w.s + r * BN + first, n - first, p.logit_cap, &w.m[r], &w.l[r],
@@ -524,16 +541,18 @@ void attend_block(const Item& it, const Src& src, int64_t k0, int64_t nb, int64_
 // item sees an older one, so those blocks are not visited at all).
 // Without ``causal`` (dense attention), every row sees all ``new_keys``;
 // causally, the keys past the last row's own index are never visited.
+// With a tree mask, every row visits every new key and the mask decides.
 template <typename Tr, bool kQ8, bool kWindowed, typename Src>
 void attend_new_tokens(const Item& it, const Src& src, int64_t m0, int64_t new_keys) {
-  const bool causal = it.p->causal;
+  const bool tree = it.tree_rows != nullptr;
+  const bool causal = it.p->causal && !tree;
   const int64_t keys = causal && m0 + it.rows < new_keys ? m0 + it.rows : new_keys;
   const int64_t low = m0 - it.p->window + 1;
   for (int64_t k0 = kWindowed && low > 0 ? low : 0; k0 < keys; k0 += BN) {
     const int64_t nb = keys - k0 < BN ? keys - k0 : BN;
     // Only a block holding a key past the first row's own index needs the
     // causal limit; the blocks before it are seen in full by every row.
-    attend_block<Tr, kQ8, kWindowed>(it, src, k0, nb, causal && k0 + nb - 1 > m0 ? m0 : -1, low);
+    attend_block<Tr, kQ8, kWindowed>(it, src, k0, nb, causal && k0 + nb - 1 > m0 ? m0 : -1, low, tree);
   }
 }
 
@@ -581,7 +600,9 @@ void run_item(const rvv_attn::ExtendParams& p, const Scratch& w, int64_t b, int6
     w.l[r] = 0.f;
     vec::fill_zero(w.acc + r * Dv, Dv);
   }
-  const Item it{&p, w, rows, k_dyn, v_dyn, hkv, k_const, v_const};
+  const uint8_t* tree_rows =
+      p.tree_mask != nullptr ? p.tree_mask + (b * p.tree_mask_len + m0) * p.tree_mask_len : nullptr;
+  const Item it{&p, w, rows, k_dyn, v_dyn, hkv, k_const, v_const, tree_rows};
 
   // Stage 1: the cached prefix, all of it visible to every row.
   const PrefixRows<KvE> pre{
@@ -628,11 +649,11 @@ void run_item(const rvv_attn::ExtendParams& p, const Scratch& w, int64_t b, int6
   // A row that saw a key has l >= 1 (its max contributes exp(0)); one that
   // saw none (cross attention over no encoder token) has l = 0 and a zero
   // accumulator, and gets zeros. A sink adds exp(sink - m) to l.
-  // Without cross attention or a window, every row sees all prefix keys and
-  // at least new key 0, so with any key at all and no sinks the plain loop
+  // Without cross attention, a window or a tree mask, every row sees all
+  // prefix keys and at least new key 0, so with any key at all and no sinks the plain loop
   // needs neither test (they cost ~10 instructions per row).
   E* o = static_cast<E*>(p.o) + row0 * p.o_stride_t + h * p.o_stride_h;
-  if (!p.cross && !windowed && p.sinks == nullptr && prefix + p.new_key_lens[b] > 0) {
+  if (!p.cross && !windowed && p.sinks == nullptr && p.tree_mask == nullptr && prefix + p.new_key_lens[b] > 0) {
     for (int64_t r = 0; r < rows; ++r) {
       store_row_scaled<Tr>(o + r * p.o_stride_t, w.acc + r * Dv, Dv, out_scale / w.l[r]);
     }

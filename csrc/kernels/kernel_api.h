@@ -154,6 +154,12 @@ struct ExtendParams {
   // Stage 2's mask: query row m sees new keys 0..m (top-left aligned), or
   // all of them when false.
   bool causal;
+  // Speculative decoding's tree mask (null: none), replacing ``causal``:
+  // every sequence has tree_mask_len new tokens, and new token m of
+  // sequence b sees new key n iff tree_mask[(b * len + m) * len + n] != 0
+  // (its prefix in full). No window, no cross attention with it.
+  const uint8_t* tree_mask;
+  int64_t tree_mask_len;
   // Sliding window (0: off): new token m sees the keys whose decoder
   // position lies in [p - window + 1, p], p its own position; stage-1 key i
   // sits at position i - prefix_lens[b] relative to the first new token.

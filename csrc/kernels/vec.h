@@ -42,7 +42,9 @@
 //   exp_nonpositive(x, vl)   exp(x) for x <= 0 or NaN (softmax's s - max),
 //                            bit for bit, in fewer instructions;
 //   softcap(x, cap, vl)      cap * tanh(x / cap), as tanh_scalar.
-//   fill_zero(p, n)          p[0..n) = 0 with vector stores (no memset).
+//   fill_zero(p, n)          p[0..n) = 0 with vector stores (no memset);
+//   hide_unshown(x, shown, vl)  x[i], or -inf where the byte shown[i] is 0
+//                            (a tree mask's row).
 // Offsets:
 //   row_offsets(map, map_is_int64, row_bytes, base_bytes, vl)
 //       map[0..vl) (int32 or int64 slot numbers, already validated) *

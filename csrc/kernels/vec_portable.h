@@ -214,6 +214,13 @@ inline bool any_e4m3_nan(const int64_t* k_rows, int64_t k_bytes, const int64_t* 
   return false;
 }
 
+inline VF hide_unshown(VF x, const uint8_t* shown, size_t vl) {
+  for (size_t i = 0; i < vl; ++i) {
+    if (shown[i] == 0) x.v[i] = -std::numeric_limits<float>::infinity();
+  }
+  return x;
+}
+
 // ---------------------------------------------------------------------------
 // Wide vectors.
 struct VW {

@@ -310,6 +310,14 @@ struct E4m3Codes {
   }
 };
 
+// x[i] where shown[i] != 0, else -inf, for i < vl (speculative decoding's
+// tree mask over a row of scores).
+inline VF hide_unshown(VF x, const uint8_t* shown, size_t vl) {
+  const vuint32m4_t bytes = __riscv_vzext_vf4_u32m4(__riscv_vle8_v_u8m1(shown, vl), vl);
+  return __riscv_vfmerge_vfm_f32m4(x, -std::numeric_limits<float>::infinity(),
+                                   __riscv_vmseq_vx_u32m4_b8(bytes, 0, vl), vl);
+}
+
 // ---------------------------------------------------------------------------
 // Wide vectors: LMUL 8.
 using VW = vfloat32m8_t;

@@ -12,6 +12,9 @@
 // Their defaults keep the 13-argument calls of older SGLang working.
 #define RVV_ATTN_OPTION_ARGS \
   "bool is_cross_attn=False, int sliding_window_size=-1, Tensor? encoder_lens=None, Tensor? sinks=None"
+// Extend's options add speculative decoding's tree mask and whether the new
+// tokens attend each other causally (SGLang 0.5.23's last two arguments).
+#define RVV_ATTN_EXTEND_OPTION_ARGS RVV_ATTN_OPTION_ARGS ", Tensor? tree_mask=None, bool is_causal=True"
 
 namespace rvv_attn::ops {
 
@@ -20,6 +23,9 @@ struct AttentionOptions {
   int64_t sliding_window_size = -1;
   std::optional<at::Tensor> encoder_lens;
   std::optional<at::Tensor> sinks;
+  // Extend only (decode takes neither).
+  std::optional<at::Tensor> tree_mask;
+  bool is_causal = true;
 };
 
 // Checked options, in the form the kernels take them.

@@ -36,10 +36,10 @@ void extend_attention_cpu(const at::Tensor& q_extend, const OptTensor& k_extend,
                           const at::Tensor& seq_lens, const at::Tensor& extend_seq_lens,
                           const at::Tensor& extend_start_loc, int64_t max_len_extend, double sm_scale, double logit_cap,
                           bool is_cross_attn, int64_t sliding_window_size, const OptTensor& encoder_lens,
-                          const OptTensor& sinks) {
+                          const OptTensor& sinks, const OptTensor& tree_mask, bool is_causal) {
   ops::extend_attention(Op, nullptr, nullptr, q_extend, k_extend, v_extend, o_extend, k_buffer, v_buffer, req_to_token,
                         req_pool_indices, seq_lens, extend_seq_lens, extend_start_loc, max_len_extend, sm_scale,
-                        logit_cap, {is_cross_attn, sliding_window_size, encoder_lens, sinks});
+                        logit_cap, {is_cross_attn, sliding_window_size, encoder_lens, sinks, tree_mask, is_causal});
 }
 
 template <const char* Op>
@@ -65,11 +65,12 @@ void extend_attention_int8_cpu(const at::Tensor& q_extend, const OptTensor& k_ex
                                const at::Tensor& extend_start_loc, int64_t max_len_extend, double sm_scale,
                                double logit_cap, at::Tensor& k_scale_buf, at::Tensor& v_scale_buf, double k_scale,
                                double v_scale, bool is_cross_attn, int64_t sliding_window_size,
-                               const OptTensor& encoder_lens, const OptTensor& sinks) {
+                               const OptTensor& encoder_lens, const OptTensor& sinks,
+                               const OptTensor& tree_mask, bool is_causal) {
   const ops::Int8KvArgs int8{k_scale_buf, v_scale_buf, k_scale, v_scale};
   ops::extend_attention(Op, &int8, nullptr, q_extend, k_extend, v_extend, o_extend, k_buffer, v_buffer, req_to_token,
                         req_pool_indices, seq_lens, extend_seq_lens, extend_start_loc, max_len_extend, sm_scale,
-                        logit_cap, {is_cross_attn, sliding_window_size, encoder_lens, sinks});
+                        logit_cap, {is_cross_attn, sliding_window_size, encoder_lens, sinks, tree_mask, is_causal});
 }
 
 template <const char* Op>
@@ -94,11 +95,12 @@ void extend_attention_fp8_cpu(const at::Tensor& q_extend, const OptTensor& k_ext
                               const at::Tensor& seq_lens, const at::Tensor& extend_seq_lens,
                               const at::Tensor& extend_start_loc, int64_t max_len_extend, double sm_scale,
                               double logit_cap, double k_scale, double v_scale, bool is_cross_attn,
-                              int64_t sliding_window_size, const OptTensor& encoder_lens, const OptTensor& sinks) {
+                              int64_t sliding_window_size, const OptTensor& encoder_lens, const OptTensor& sinks,
+                              const OptTensor& tree_mask, bool is_causal) {
   const ops::Fp8KvArgs fp8{k_scale, v_scale};
   ops::extend_attention(Op, nullptr, &fp8, q_extend, k_extend, v_extend, o_extend, k_buffer, v_buffer, req_to_token,
                         req_pool_indices, seq_lens, extend_seq_lens, extend_start_loc, max_len_extend, sm_scale,
-                        logit_cap, {is_cross_attn, sliding_window_size, encoder_lens, sinks});
+                        logit_cap, {is_cross_attn, sliding_window_size, encoder_lens, sinks, tree_mask, is_causal});
 }
 
 template <const char* Op>

@@ -123,7 +123,7 @@ void check_extend_overlap(const char* op, const ops::Int8Setup* q8, const ops::C
                           const at::Tensor& o, const at::Tensor& k_buffer, const at::Tensor& v_buffer,
                           const at::Tensor& req_to_token, const at::Tensor& req_pool_indices,
                           const at::Tensor& seq_lens, const at::Tensor& extend_seq_lens,
-                          const at::Tensor& extend_start_loc) {
+                          const at::Tensor& extend_start_loc, const at::Tensor& tree_mask) {
   std::vector<overlap::Arg> written = {{"o_extend", &o}};
   std::vector<overlap::Arg> read = {{"q_extend", &q},
                                     {"k_extend", &k},
@@ -134,7 +134,8 @@ void check_extend_overlap(const char* op, const ops::Int8Setup* q8, const ops::C
                                     {"extend_seq_lens", &extend_seq_lens},
                                     {"extend_start_loc", &extend_start_loc},
                                     {"encoder_lens", &opts.encoder_lens},
-                                    {"sinks", &opts.sinks}};
+                                    {"sinks", &opts.sinks},
+                                    {"tree_mask", &tree_mask}};
   if (q8 && new_tokens) {
     written.push_back({"k_buffer", &k_buffer});
     written.push_back({"v_buffer", &v_buffer});
@@ -145,6 +146,32 @@ void check_extend_overlap(const char* op, const ops::Int8Setup* q8, const ops::C
     read.push_back({"v_buffer", &v_buffer});
   }
   overlap::check_writes(op, written, read);
+}
+
+// Speculative decoding's tree mask (SGLang's custom_mask for a target-verify
+// batch on CPU): bool, flat [B * L * L], every sequence extending by the
+// same L = max_len_extend draft tokens; new token m of sequence b sees new
+// key n iff tree_mask[(b * L + m) * L + n], and its prefix in full. Returns
+// it as contiguous bytes (undefined when not given).
+at::Tensor checked_tree_mask(const char* op, const ops::AttentionOptions& options, const ops::CheckedOptions& opts,
+                             const at::Tensor& ext_t, int64_t max_len_extend) {
+  if (!options.tree_mask.has_value() || !options.tree_mask->defined()) return at::Tensor();
+  const at::Tensor& mask = *options.tree_mask;
+  TORCH_CHECK(mask.scalar_type() == at::kBool, op, ": tree_mask has dtype ", mask.scalar_type(),
+              "; it must be bool (SGLang's custom_mask, one byte per draft-token pair)");
+  TORCH_CHECK(!opts.cross, op, ": tree_mask cannot be used with is_cross_attn=True (cross attention has no draft tokens)");
+  TORCH_CHECK(opts.window == 0, op, ": tree_mask cannot be used with a sliding window (sliding_window_size = ",
+              options.sliding_window_size, ")");
+  const int64_t batch = ext_t.numel(), len = max_len_extend;
+  const int64_t* ext = ext_t.data_ptr<int64_t>();
+  for (int64_t b = 0; b < batch; ++b) {
+    TORCH_CHECK(ext[b] == len, op, ": with a tree_mask every sequence extends by max_len_extend = ", len,
+                " draft tokens; extend_seq_lens[", b, "] = ", ext[b]);
+  }
+  TORCH_CHECK(mask.dim() == 1 && mask.numel() == batch * len * len, op, ": tree_mask has shape ",
+              checks::shape_of(mask), "; expected [", batch * len * len, "] = B * L * L for B = ", batch,
+              " sequences of L = ", len, " draft tokens");
+  return mask.contiguous().view(at::kByte);
 }
 
 // Per-sequence lengths and extend row ranges. ``ext``, ``seq``, ``start``
@@ -259,8 +286,13 @@ void ops::extend_attention(const char* op, const ops::Int8KvArgs* int8, const op
   TORCH_CHECK(max_len_extend >= 0, op, ": max_len_extend = ", max_len_extend, " is negative");
   const ops::CheckedOptions opts =
       ops::check_options(op, options, extend_seq_lens.size(0), q_extend.size(1), "q_extend", q_extend);
+  const at::Tensor tree_mask_arg = options.tree_mask.value_or(at::Tensor());
   check_extend_overlap(op, int8 ? &q8 : nullptr, opts, new_tokens, new_int8, q_extend, k_extend, v_extend, o_extend,
-                       k_buffer, v_buffer, req_to_token, req_pool_indices, seq_lens, extend_seq_lens, extend_start_loc);
+                       k_buffer, v_buffer, req_to_token, req_pool_indices, seq_lens, extend_seq_lens, extend_start_loc,
+                       tree_mask_arg);
+  TORCH_CHECK(options.is_causal || opts.window == 0, op,
+              ": is_causal=False cannot be used with a sliding window (sliding_window_size = ",
+              options.sliding_window_size, "): the window is defined over causal positions");
 
   // int64 copies (int32 is widened) of the per-sequence lengths and offsets.
   const at::Tensor ext = extend_seq_lens.to(at::kLong).contiguous();
@@ -268,6 +300,7 @@ void ops::extend_attention(const char* op, const ops::Int8KvArgs* int8, const op
   const at::Tensor start = extend_start_loc.to(at::kLong).contiguous();
   const int64_t tokens = q_extend.size(0), batch = seq.numel();
   check_extend_ranges(op, ext, seq, start, tokens, max_len_extend);
+  const at::Tensor tree_mask = checked_tree_mask(op, options, opts, ext, max_len_extend);
   at::Tensor prefix = at::empty({batch}, at::kLong);  // seq_lens - extend_seq_lens, >= 0 by now
   for (int64_t b = 0; b < batch; ++b) {
     prefix.data_ptr<int64_t>()[b] = seq.data_ptr<int64_t>()[b] - ext.data_ptr<int64_t>()[b];
@@ -394,7 +427,9 @@ void ops::extend_attention(const char* op, const ops::Int8KvArgs* int8, const op
   p.extend_start = start.data_ptr<int64_t>();
   p.new_key_start = p.extend_start;
   p.new_key_lens = p.extend_lens;
-  p.causal = true;
+  p.causal = options.is_causal;
+  p.tree_mask = tree_mask.defined() ? tree_mask.data_ptr<uint8_t>() : nullptr;
+  p.tree_mask_len = tree_mask.defined() ? max_len_extend : 0;
   if (int8) {
     ops::set_int8_params(p, q8);
     // Float new tokens are attended as given; int8 ones are the cache's values.
@@ -425,7 +460,7 @@ TORCH_LIBRARY_FRAGMENT(rvv_attn, m) {
       "extend_attention_cpu(Tensor q_extend, Tensor? k_extend, Tensor? v_extend, Tensor(a!) o_extend, "
       "Tensor k_buffer, Tensor v_buffer, Tensor req_to_token, Tensor req_pool_indices, Tensor seq_lens, "
       "Tensor extend_seq_lens, Tensor extend_start_loc, int max_len_extend, float sm_scale, float "
-      "logit_cap, " RVV_ATTN_OPTION_ARGS ") -> ()");
+      "logit_cap, " RVV_ATTN_EXTEND_OPTION_ARGS ") -> ()");
   m.def("extend_attention_blocking(int head_dim, int head_dim_v) -> int[]", &rvv_attn::extend_attention_blocking);
 }
 

@@ -52,7 +52,7 @@ const Entry kEntries[] = {
      "extend_attention_cpu(Tensor q_extend, Tensor? k_extend, Tensor? v_extend, Tensor(a!) o_extend, "
      "Tensor k_buffer, Tensor v_buffer, Tensor req_to_token, Tensor req_pool_indices, Tensor seq_lens, "
      "Tensor extend_seq_lens, Tensor extend_start_loc, int max_len_extend, float sm_scale, float "
-     "logit_cap, " RVV_ATTN_OPTION_ARGS ") -> ()",
+     "logit_cap, " RVV_ATTN_EXTEND_OPTION_ARGS ") -> ()",
      [](torch::Library& m) { m.impl("extend_attention_cpu", &entry::extend_attention_cpu<kExtend>); }},
     {"flash_attn_varlen_func",
      "flash_attn_varlen_func(Tensor q, Tensor k, Tensor v, Tensor cu_seqlens_q, Tensor cu_seqlens_k, "
@@ -73,7 +73,7 @@ const Entry kEntries[] = {
      "extend_attention_int8_cpu(Tensor q_extend, Tensor? k_extend, Tensor? v_extend, Tensor(a!) o_extend, "
      "Tensor(b!) k_buffer, Tensor(c!) v_buffer, Tensor req_to_token, Tensor req_pool_indices, Tensor seq_lens, "
      "Tensor extend_seq_lens, Tensor extend_start_loc, int max_len_extend, float sm_scale, float logit_cap, "
-     "Tensor(e!) k_scale_buf, Tensor(f!) v_scale_buf, float k_scale, float v_scale, " RVV_ATTN_OPTION_ARGS ") -> ()",
+     "Tensor(e!) k_scale_buf, Tensor(f!) v_scale_buf, float k_scale, float v_scale, " RVV_ATTN_EXTEND_OPTION_ARGS ") -> ()",
      [](torch::Library& m) { m.impl("extend_attention_int8_cpu", &entry::extend_attention_int8_cpu<kExtendInt8>); }},
 };
 
