@@ -499,7 +499,8 @@ def test_sgl_kernel_schemas_are_sglang_mains():
     ]
     extend = torch.ops.sgl_kernel.extend_attention_cpu.default._schema
     assert [a.name for a in extend.arguments][:4] == ["q_extend", "k_extend", "v_extend", "o_extend"]
-    assert len(extend.arguments) == 18
+    # SGLang main's 19 (its last, tree_mask=None) and SGLang 0.5.23's is_causal=True.
+    assert [a.name for a in extend.arguments][18:] == ["tree_mask", "is_causal"]
     assert str(extend.arguments[1].type) == "Optional[Tensor]"
 
 
@@ -586,9 +587,11 @@ print(json.dumps(dict(
 )))
 """
     )
-    assert out["skipped"] == ["extend_attention_cpu", "store_cache_cpu"]
+    # The other library owns extend_attention_cpu, so rvv-attn adds no overload to it either.
+    assert out["skipped"] == ["extend_attention_cpu", "extend_attention_cpu.kv_scales", "store_cache_cpu"]
     assert out["served"] == [
         "decode_attention_cpu",
+        "decode_attention_cpu.kv_scales",
         "flash_attn_varlen_func",
         "decode_attention_int8_cpu",
         "extend_attention_int8_cpu",
@@ -610,7 +613,9 @@ def test_both_registrations_agree_when_no_other_library_is_loaded_in_a_fresh_pro
     out = _child(f"import json, torch, rvv_attn\nprint(json.dumps([{calls[0]}, {calls[1]}]))\n")
     names = [
         "decode_attention_cpu",
+        "decode_attention_cpu.kv_scales",
         "extend_attention_cpu",
+        "extend_attention_cpu.kv_scales",
         "flash_attn_varlen_func",
         "store_cache_cpu",
         "decode_attention_int8_cpu",

@@ -579,17 +579,19 @@ void run_item(const rvv_attn::ExtendParams& p, const Scratch& w, int64_t b, int6
   const int64_t start = p.extend_start[b];
   const int64_t row0 = start + m0;  // first query's row in q_extend / o_extend
   const int64_t elem = static_cast<int64_t>(sizeof(E)), kv_elem = static_cast<int64_t>(sizeof(KvE));
-  // int8 cache: dynamic (NaN) scales are per token; static ones fold into
-  // the query's scale and the output's 1/l when every key is int8, and are
-  // applied to the int8 prefix alone when the new tokens are float.
+  // Quantized cache: dynamic (NaN, int8) scales are per token; static ones
+  // fold into the query's scale and the output's 1/l when they apply to
+  // every key (all of them int8, or fp8 new tokens in the cache's units),
+  // and are applied to the prefix alone when the new tokens are float.
   const bool all_int8 = Q8 && p.new_tokens_from_cache;
+  const bool scales_everywhere = all_int8 || (Q8 && p.new_tokens_scaled);
   const vec::ScaleFold fold =
-      all_int8 ? vec::fold_scales<true>(p.scales, p.sm_scale) : vec::fold_scales<false>(p.scales, p.sm_scale);
+      scales_everywhere ? vec::fold_scales<true>(p.scales, p.sm_scale) : vec::fold_scales<false>(p.scales, p.sm_scale);
   const bool k_dyn = Q8 && p.scales.k_scale != p.scales.k_scale;
   const bool v_dyn = Q8 && p.scales.v_scale != p.scales.v_scale;
   const float q_scale = fold.q_scale, out_scale = fold.out_scale;
-  const float k_const = Q8 && !all_int8 && !k_dyn ? p.scales.k_scale : 0.0f;
-  const float v_const = Q8 && !all_int8 && !v_dyn ? p.scales.v_scale : 0.0f;
+  const float k_const = Q8 && !scales_everywhere && !k_dyn ? p.scales.k_scale : 0.0f;
+  const float v_const = Q8 && !scales_everywhere && !v_dyn ? p.scales.v_scale : 0.0f;
 
   // Scores come out of the tile already scaled; the cap, if any, is applied
   // per row by vec::softcap (cap * tanh(s / cap)).

@@ -183,8 +183,11 @@ struct ExtendParams {
   bool kv_int8;
   bool new_tokens_from_cache;
   // float8_e4m3fn KV cache: the prefix holds e4m3 codes with static scales
-  // (as in DecodeParams); the new tokens are float, read from k/v.
+  // (as in DecodeParams); the new tokens are float, read from k/v, as given
+  // or, with new_tokens_scaled, in the cache's units (the scales apply to
+  // them too: SGLang 0.5.23 divides them by the scales before the call).
   bool kv_fp8;
+  bool new_tokens_scaled;
   Int8Scales scales;
 };
 

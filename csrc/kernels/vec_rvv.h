@@ -314,8 +314,8 @@ struct E4m3Codes {
 // tree mask over a row of scores).
 inline VF hide_unshown(VF x, const uint8_t* shown, size_t vl) {
   const vuint32m4_t bytes = __riscv_vzext_vf4_u32m4(__riscv_vle8_v_u8m1(shown, vl), vl);
-  return __riscv_vfmerge_vfm_f32m4(x, -std::numeric_limits<float>::infinity(),
-                                   __riscv_vmseq_vx_u32m4_b8(bytes, 0, vl), vl);
+  return __riscv_vfmerge_vfm_f32m4(x, -std::numeric_limits<float>::infinity(), __riscv_vmseq_vx_u32m4_b8(bytes, 0, vl),
+                                   vl);
 }
 
 // ---------------------------------------------------------------------------
@@ -455,8 +455,7 @@ inline bool any_e4m3_nan(const int64_t* k_rows, int64_t k_bytes, const int64_t* 
   }
   const uint8_t max_unsigned =
       __riscv_vmv_x_s_u8m1_u8(__riscv_vredmaxu_vs_u8m4_u8m1(hi, __riscv_vmv_s_x_u8m1(0, 1), vl));
-  const int8_t max_signed =
-      __riscv_vmv_x_s_i8m1_i8(__riscv_vredmax_vs_i8m4_i8m1(top, __riscv_vmv_s_x_i8m1(0, 1), vl));
+  const int8_t max_signed = __riscv_vmv_x_s_i8m1_i8(__riscv_vredmax_vs_i8m4_i8m1(top, __riscv_vmv_s_x_i8m1(0, 1), vl));
   return max_unsigned == 0xffu || max_signed == 0x7f;
 }
 

@@ -65,8 +65,8 @@ void extend_attention_int8_cpu(const at::Tensor& q_extend, const OptTensor& k_ex
                                const at::Tensor& extend_start_loc, int64_t max_len_extend, double sm_scale,
                                double logit_cap, at::Tensor& k_scale_buf, at::Tensor& v_scale_buf, double k_scale,
                                double v_scale, bool is_cross_attn, int64_t sliding_window_size,
-                               const OptTensor& encoder_lens, const OptTensor& sinks,
-                               const OptTensor& tree_mask, bool is_causal) {
+                               const OptTensor& encoder_lens, const OptTensor& sinks, const OptTensor& tree_mask,
+                               bool is_causal) {
   const ops::Int8KvArgs int8{k_scale_buf, v_scale_buf, k_scale, v_scale};
   ops::extend_attention(Op, &int8, nullptr, q_extend, k_extend, v_extend, o_extend, k_buffer, v_buffer, req_to_token,
                         req_pool_indices, seq_lens, extend_seq_lens, extend_start_loc, max_len_extend, sm_scale,
@@ -101,6 +101,54 @@ void extend_attention_fp8_cpu(const at::Tensor& q_extend, const OptTensor& k_ext
   ops::extend_attention(Op, nullptr, &fp8, q_extend, k_extend, v_extend, o_extend, k_buffer, v_buffer, req_to_token,
                         req_pool_indices, seq_lens, extend_seq_lens, extend_start_loc, max_len_extend, sm_scale,
                         logit_cap, {is_cross_attn, sliding_window_size, encoder_lens, sinks, tree_mask, is_causal});
+}
+
+// SGLang 0.5.23's forms (the sgl_kernel overloads ``.kv_scales``): the
+// cache's scales come right after v_buffer as Python floats, for every
+// cache. An fp8 cache (float8_e4m3fn, or uint8) uses them; a float cache
+// holds its values as they are and does not (SGLang passes the layer's
+// k_scale_float, or 1.0, whatever the cache), but they must still be usable.
+template <const char* Op>
+void decode_attention_cpu_kv_scales(const at::Tensor& query, at::Tensor& k_buffer, at::Tensor& v_buffer,
+                                    double key_scale, double value_scale, at::Tensor& output, const OptTensor& key,
+                                    const OptTensor& value, const at::Tensor& loc, at::Tensor& attn_logits,
+                                    const at::Tensor& req_to_token, const at::Tensor& req_pool_indices,
+                                    const at::Tensor& seq_lens, double sm_scale, double logit_cap, bool is_cross_attn,
+                                    int64_t sliding_window_size, const OptTensor& encoder_lens,
+                                    const OptTensor& sinks) {
+  const ops::Fp8KvArgs fp8{key_scale, value_scale, "key_scale", "value_scale"};
+  const bool fp8_cache = ops::is_fp8_cache(k_buffer);
+  if (!fp8_cache) {
+    ops::checked_fp8_scale(Op, "key_scale", key_scale);
+    ops::checked_fp8_scale(Op, "value_scale", value_scale);
+  }
+  ops::decode_attention(Op, nullptr, fp8_cache ? &fp8 : nullptr, query, k_buffer, v_buffer, output, key, value, loc,
+                        attn_logits, req_to_token, req_pool_indices, seq_lens, sm_scale, logit_cap,
+                        {is_cross_attn, sliding_window_size, encoder_lens, sinks});
+}
+
+// With an fp8 cache the new tokens are taken in the cache's units (SGLang
+// 0.5.23's backend has divided them by the scales in place, writing the
+// cache): the scales apply to them as to the prefix.
+template <const char* Op>
+void extend_attention_cpu_kv_scales(const at::Tensor& q_extend, const OptTensor& k_extend, const OptTensor& v_extend,
+                                    at::Tensor& o_extend, const at::Tensor& k_buffer, const at::Tensor& v_buffer,
+                                    double key_scale, double value_scale, const at::Tensor& req_to_token,
+                                    const at::Tensor& req_pool_indices, const at::Tensor& seq_lens,
+                                    const at::Tensor& extend_seq_lens, const at::Tensor& extend_start_loc,
+                                    int64_t max_len_extend, double sm_scale, double logit_cap, bool is_cross_attn,
+                                    int64_t sliding_window_size, const OptTensor& encoder_lens, const OptTensor& sinks,
+                                    const OptTensor& tree_mask, bool is_causal) {
+  const ops::Fp8KvArgs fp8{key_scale, value_scale, "key_scale", "value_scale", true};
+  const bool fp8_cache = ops::is_fp8_cache(k_buffer);
+  if (!fp8_cache) {
+    ops::checked_fp8_scale(Op, "key_scale", key_scale);
+    ops::checked_fp8_scale(Op, "value_scale", value_scale);
+  }
+  ops::extend_attention(Op, nullptr, fp8_cache ? &fp8 : nullptr, q_extend, k_extend, v_extend, o_extend, k_buffer,
+                        v_buffer, req_to_token, req_pool_indices, seq_lens, extend_seq_lens, extend_start_loc,
+                        max_len_extend, sm_scale, logit_cap,
+                        {is_cross_attn, sliding_window_size, encoder_lens, sinks, tree_mask, is_causal});
 }
 
 template <const char* Op>

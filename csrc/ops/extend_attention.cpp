@@ -159,9 +159,11 @@ at::Tensor checked_tree_mask(const char* op, const ops::AttentionOptions& option
   const at::Tensor& mask = *options.tree_mask;
   TORCH_CHECK(mask.scalar_type() == at::kBool, op, ": tree_mask has dtype ", mask.scalar_type(),
               "; it must be bool (SGLang's custom_mask, one byte per draft-token pair)");
-  TORCH_CHECK(!opts.cross, op, ": tree_mask cannot be used with is_cross_attn=True (cross attention has no draft tokens)");
-  TORCH_CHECK(opts.window == 0, op, ": tree_mask cannot be used with a sliding window (sliding_window_size = ",
-              options.sliding_window_size, ")");
+  TORCH_CHECK(!opts.cross, op,
+              ": tree_mask cannot be used with is_cross_attn=True (cross attention has no draft tokens)");
+  TORCH_CHECK(opts.window == 0, op,
+              ": tree_mask cannot be used with a sliding window (sliding_window_size = ", options.sliding_window_size,
+              ")");
   const int64_t batch = ext_t.numel(), len = max_len_extend;
   const int64_t* ext = ext_t.data_ptr<int64_t>();
   for (int64_t b = 0; b < batch; ++b) {
@@ -435,7 +437,10 @@ void ops::extend_attention(const char* op, const ops::Int8KvArgs* int8, const op
     // Float new tokens are attended as given; int8 ones are the cache's values.
     p.new_tokens_from_cache = new_tokens && new_int8;
   }
-  if (fp8) ops::set_fp8_params(p, f8);
+  if (fp8) {
+    ops::set_fp8_params(p, f8);
+    p.new_tokens_scaled = fp8->new_tokens_scaled;
+  }
   ops::run_extend_kernel(p);
 }
 

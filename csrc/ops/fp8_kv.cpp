@@ -27,7 +27,7 @@ Fp8Setup check_fp8_args(const char* op, const Fp8KvArgs& args, const at::Tensor&
                 "Use rvv_attn.decode_attention_cpu / rvv_attn.extend_attention_cpu for float caches");
   }
   checks::same_dtype(op, "v_buffer", v_buffer, "k_buffer", k_buffer);
-  return {checked_fp8_scale(op, "k_scale", args.k_scale), checked_fp8_scale(op, "v_scale", args.v_scale)};
+  return {checked_fp8_scale(op, args.k_name, args.k_scale), checked_fp8_scale(op, args.v_name, args.v_scale)};
 }
 
 bool torch_saturates_e4m3() {

@@ -19,6 +19,14 @@ namespace rvv_attn::ops {
 struct Fp8KvArgs {
   double k_scale;
   double v_scale;
+  // The scales' argument names, for errors.
+  const char* k_name = "k_scale";
+  const char* v_name = "v_scale";
+  // Extend: the new tokens are in the cache's scaled units (value / scale),
+  // as SGLang 0.5.23's CPU backend leaves them (its pool's set_kv_buffer
+  // divides K and V by the layer's scales in place before the call), so the
+  // scales apply to them too. Otherwise they are attended as given.
+  bool new_tokens_scaled = false;
 };
 
 // Checked fp8 arguments: the scales as the float32 the kernels use.

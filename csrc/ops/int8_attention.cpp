@@ -28,7 +28,8 @@ TORCH_LIBRARY_FRAGMENT(rvv_attn, m) {
       "extend_attention_int8_cpu(Tensor q_extend, Tensor? k_extend, Tensor? v_extend, Tensor(a!) o_extend, "
       "Tensor(b!) k_buffer, Tensor(c!) v_buffer, Tensor req_to_token, Tensor req_pool_indices, Tensor seq_lens, "
       "Tensor extend_seq_lens, Tensor extend_start_loc, int max_len_extend, float sm_scale, float logit_cap, "
-      "Tensor(e!) k_scale_buf, Tensor(f!) v_scale_buf, float k_scale, float v_scale, " RVV_ATTN_EXTEND_OPTION_ARGS ") -> ()");
+      "Tensor(e!) k_scale_buf, Tensor(f!) v_scale_buf, float k_scale, float v_scale, " RVV_ATTN_EXTEND_OPTION_ARGS
+      ") -> ()");
 }
 
 TORCH_LIBRARY_IMPL(rvv_attn, CPU, m) {

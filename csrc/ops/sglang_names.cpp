@@ -28,52 +28,81 @@ namespace rvv_attn {
 namespace {
 
 constexpr char kDecode[] = "sgl_kernel.decode_attention_cpu";
+constexpr char kDecodeScales[] = "sgl_kernel.decode_attention_cpu.kv_scales";
+constexpr char kExtendScales[] = "sgl_kernel.extend_attention_cpu.kv_scales";
 constexpr char kExtend[] = "sgl_kernel.extend_attention_cpu";
 constexpr char kDecodeInt8[] = "sgl_kernel.decode_attention_int8_cpu";
 constexpr char kExtendInt8[] = "sgl_kernel.extend_attention_int8_cpu";
 constexpr char kVarlen[] = "sgl_kernel.flash_attn_varlen_func";
 constexpr char kStoreCache[] = "sgl_kernel.store_cache_cpu";
 
-// SGLang main's schemas; the alias annotations also mark the caches and
+// SGLang main's schemas, and SGLang 0.5.23's as the overloads ``kv_scales``
+// of the same names; the alias annotations also mark the caches and
 // attn_logits, which SGLang's kernels write without declaring it. ``impl``
 // adds the CPU kernel of the name to an IMPL library of sgl_kernel.
+//
+// Both forms of decode and extend coexist: a call through
+// torch.ops.sgl_kernel.decode_attention_cpu(...) picks the overload whose
+// schema its arguments fit, and the two differ in the fourth argument (a
+// float key_scale in 0.5.23, the output Tensor before). The overloads
+// belong with their name: where another library owns a name, rvv_attn adds
+// no overload to it.
 struct Entry {
   const char* name;
+  const char* overload;  // "" for the default
   const char* schema;
   void (*impl)(torch::Library& m);
+  std::string qualified() const { return overload[0] == '\0' ? name : std::string(name) + "." + overload; }
 };
 const Entry kEntries[] = {
-    {"decode_attention_cpu",
+    {"decode_attention_cpu", "",
      "decode_attention_cpu(Tensor query, Tensor(a!) k_cache, Tensor(b!) v_cahce, Tensor(c!) output, Tensor? key, "
      "Tensor? value, Tensor loc, Tensor(d!) attn_logits, Tensor req_to_token, Tensor req_pool_indices, "
      "Tensor seq_lens, float sm_scale, float logit_cap, " RVV_ATTN_OPTION_ARGS ") -> ()",
      [](torch::Library& m) { m.impl("decode_attention_cpu", &entry::decode_attention_cpu<kDecode>); }},
-    {"extend_attention_cpu",
+    {"decode_attention_cpu", "kv_scales",
+     "decode_attention_cpu.kv_scales(Tensor query, Tensor(a!) k_cache, Tensor(b!) v_cache, float key_scale, "
+     "float value_scale, Tensor(c!) output, Tensor? key, Tensor? value, Tensor loc, Tensor(d!) attn_logits, "
+     "Tensor req_to_token, Tensor req_pool_indices, Tensor seq_lens, float sm_scale, float "
+     "logit_cap, " RVV_ATTN_OPTION_ARGS ") -> ()",
+     [](torch::Library& m) {
+       m.impl("decode_attention_cpu.kv_scales", &entry::decode_attention_cpu_kv_scales<kDecodeScales>);
+     }},
+    {"extend_attention_cpu", "",
      "extend_attention_cpu(Tensor q_extend, Tensor? k_extend, Tensor? v_extend, Tensor(a!) o_extend, "
      "Tensor k_buffer, Tensor v_buffer, Tensor req_to_token, Tensor req_pool_indices, Tensor seq_lens, "
      "Tensor extend_seq_lens, Tensor extend_start_loc, int max_len_extend, float sm_scale, float "
      "logit_cap, " RVV_ATTN_EXTEND_OPTION_ARGS ") -> ()",
      [](torch::Library& m) { m.impl("extend_attention_cpu", &entry::extend_attention_cpu<kExtend>); }},
-    {"flash_attn_varlen_func",
+    {"extend_attention_cpu", "kv_scales",
+     "extend_attention_cpu.kv_scales(Tensor q_extend, Tensor? k_extend, Tensor? v_extend, Tensor(a!) o_extend, "
+     "Tensor k_buffer, Tensor v_buffer, float key_scale, float value_scale, Tensor req_to_token, "
+     "Tensor req_pool_indices, Tensor seq_lens, Tensor extend_seq_lens, Tensor extend_start_loc, "
+     "int max_len_extend, float sm_scale, float logit_cap, " RVV_ATTN_EXTEND_OPTION_ARGS ") -> ()",
+     [](torch::Library& m) {
+       m.impl("extend_attention_cpu.kv_scales", &entry::extend_attention_cpu_kv_scales<kExtendScales>);
+     }},
+    {"flash_attn_varlen_func", "",
      "flash_attn_varlen_func(Tensor q, Tensor k, Tensor v, Tensor cu_seqlens_q, Tensor cu_seqlens_k, "
      "int max_seqlen_q, int max_seqlen_k, bool causal) -> Tensor",
      [](torch::Library& m) { m.impl("flash_attn_varlen_func", &entry::flash_attn_varlen_func<kVarlen>); }},
-    {"store_cache_cpu",
+    {"store_cache_cpu", "",
      "store_cache_cpu(Tensor k, Tensor v, Tensor(a!) k_cache, Tensor(b!) v_cache, Tensor indices, int? row_dim) "
      "-> ()",
      [](torch::Library& m) { m.impl("store_cache_cpu", &entry::store_cache_cpu<kStoreCache>); }},
     // The RVV int8 port's names: the float schemas plus the cache's scales.
-    {"decode_attention_int8_cpu",
+    {"decode_attention_int8_cpu", "",
      "decode_attention_int8_cpu(Tensor query, Tensor(a!) k_cache, Tensor(b!) v_cache, Tensor(c!) output, "
      "Tensor? key, Tensor? value, Tensor loc, Tensor(d!) attn_logits, Tensor req_to_token, "
      "Tensor req_pool_indices, Tensor seq_lens, float sm_scale, float logit_cap, Tensor(e!) k_scale_buf, "
      "Tensor(f!) v_scale_buf, float k_scale, float v_scale, " RVV_ATTN_OPTION_ARGS ") -> ()",
      [](torch::Library& m) { m.impl("decode_attention_int8_cpu", &entry::decode_attention_int8_cpu<kDecodeInt8>); }},
-    {"extend_attention_int8_cpu",
+    {"extend_attention_int8_cpu", "",
      "extend_attention_int8_cpu(Tensor q_extend, Tensor? k_extend, Tensor? v_extend, Tensor(a!) o_extend, "
      "Tensor(b!) k_buffer, Tensor(c!) v_buffer, Tensor req_to_token, Tensor req_pool_indices, Tensor seq_lens, "
      "Tensor extend_seq_lens, Tensor extend_start_loc, int max_len_extend, float sm_scale, float logit_cap, "
-     "Tensor(e!) k_scale_buf, Tensor(f!) v_scale_buf, float k_scale, float v_scale, " RVV_ATTN_EXTEND_OPTION_ARGS ") -> ()",
+     "Tensor(e!) k_scale_buf, Tensor(f!) v_scale_buf, float k_scale, float v_scale, " RVV_ATTN_EXTEND_OPTION_ARGS
+     ") -> ()",
      [](torch::Library& m) { m.impl("extend_attention_int8_cpu", &entry::extend_attention_int8_cpu<kExtendInt8>); }},
 };
 
@@ -90,7 +119,8 @@ Registry& registry() {
   return r;
 }
 
-// The schema of sgl_kernel::<name> if any library defines it, else nullopt.
+// The schema of sgl_kernel::<name> (the default overload: whoever defines it
+// owns the name and its overloads) if any library defines it, else nullopt.
 std::optional<std::string> defined_elsewhere(const Entry& e) {
   const auto existing = c10::Dispatcher::singleton().findSchema({std::string("sgl_kernel::") + e.name, ""});
   if (!existing.has_value()) return std::nullopt;
@@ -109,7 +139,7 @@ void register_entries(Registry& r, const std::vector<const Entry*>& entries) {
   for (const Entry* e : entries) e->impl(*impls);
   r.libraries.push_back(std::move(defs));
   r.libraries.push_back(std::move(impls));
-  for (const Entry* e : entries) r.ours.insert(e->name);
+  for (const Entry* e : entries) r.ours.insert(e->qualified());
 }
 
 }  // namespace
@@ -123,8 +153,8 @@ std::vector<std::string> register_sglang_names() {
   std::vector<std::string> names;
   std::vector<const Entry*> missing;
   for (const Entry& e : kEntries) {
-    names.emplace_back(e.name);
-    if (r.ours.count(e.name) != 0) continue;
+    names.emplace_back(e.qualified());
+    if (r.ours.count(e.qualified()) != 0) continue;
     const std::optional<std::string> existing = defined_elsewhere(e);
     TORCH_CHECK(!existing.has_value(), "rvv_attn.sglang: torch.ops.sgl_kernel.", e.name, " is already defined (",
                 existing.value_or(""),
@@ -148,9 +178,9 @@ std::tuple<std::vector<std::string>, std::vector<std::string>> register_absent_s
   std::vector<const Entry*> missing;
   std::vector<std::string> skipped;
   for (const Entry& e : kEntries) {
-    if (r.ours.count(e.name) != 0) continue;
+    if (r.ours.count(e.qualified()) != 0) continue;
     if (defined_elsewhere(e).has_value()) {
-      skipped.emplace_back(e.name);
+      skipped.emplace_back(e.qualified());
     } else {
       missing.push_back(&e);
     }
@@ -158,7 +188,7 @@ std::tuple<std::vector<std::string>, std::vector<std::string>> register_absent_s
   register_entries(r, missing);
   std::vector<std::string> served;
   for (const Entry& e : kEntries) {
-    if (r.ours.count(e.name) != 0) served.emplace_back(e.name);
+    if (r.ours.count(e.qualified()) != 0) served.emplace_back(e.qualified());
   }
   return {served, skipped};
 }
