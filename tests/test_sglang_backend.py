@@ -531,3 +531,47 @@ def _reference_on(setup: Setup, layer, fb, q, k, v, key_buffer, value_buffer) ->
         layer.scaling,
         0.0,
     )
+
+
+@pytest.mark.parametrize("mode", ["decode", "extend"])
+@pytest.mark.parametrize("cache", ["bf16", "fp8", "fp8-scaled"])
+def test_sglangs_own_cpu_backend_drives_the_sgl_kernel_names(sgl, mode, cache, monkeypatch):
+    """SGLang 0.5.23's IntelAMXAttnBackend, as shipped, calls torch.ops.sgl_kernel.decode_attention_cpu /
+    extend_attention_cpu with its argument lists (the scales after the caches; tree_mask and is_causal last):
+    `import rvv_attn.sglang` serves them. Its `import sgl_kernel` (a package with no riscv64 build) is given an
+    empty module. With an fp8 pool it writes the cache itself, dividing the new K/V by the layer's scales in
+    place, so extend's new tokens reach the kernel in the cache's units."""
+    import sys
+
+    import rvv_attn.sglang  # noqa: F401 - the sgl_kernel names
+
+    monkeypatch.setitem(sys.modules, "sgl_kernel", types.ModuleType("sgl_kernel"))
+    amx = importlib.import_module("sglang.srt.layers.attention.intel_amx_backend")
+    dtype = torch.bfloat16 if cache == "bf16" else torch.float8_e4m3fn
+    layer = _layer(sgl, 0, 4, 2, 64)
+    k_scale, v_scale = (0.05, 0.02) if cache == "fp8-scaled" else (1.0, 1.0)
+    if cache == "fp8-scaled":
+        layer.k_scale_float, layer.v_scale_float = k_scale, v_scale
+    setup = Setup(sgl, "mha", dtype, [layer], torch.Generator().manual_seed(37))
+    runner = setup._runner("rvv")
+    runner.model_config = types.SimpleNamespace(context_len=CONTEXT, num_attention_heads=4)
+    # What a server publishes before building its backend, as a single CPU process without speculative decoding
+    # reads it: one attention tensor-parallel rank, no draft tokens.
+    monkeypatch.setattr(amx, "get_parallel", lambda: types.SimpleNamespace(attn_tp_size=1))
+    monkeypatch.setattr(amx, "get_spec", lambda: types.SimpleNamespace(speculative_num_draft_tokens=None))
+    setup.backends["amx"] = amx.IntelAMXAttnBackend(runner)
+    prefix_lens = [4, 33, 12]
+    new_lens = [1, 1, 1] if mode == "decode" else [6, 3, 8]
+    fb = setup.batch(mode, prefix_lens, new_lens)
+    g = torch.Generator().manual_seed(41)
+    q = torch.randn(sum(new_lens), 4 * 64, generator=g).to(torch.bfloat16)
+    k = torch.randn(sum(new_lens), 2 * 64, generator=g).to(torch.bfloat16)
+    v = torch.randn(sum(new_lens), 2 * 64, generator=g).to(torch.bfloat16)
+    out = setup.run("amx", layer, fb, q, k.clone(), v.clone()).view(-1, 4, 64)
+    key_buffer, value_buffer = setup._buffers("rvv", layer)
+    if dtype == torch.float8_e4m3fn:
+        key_buffer, value_buffer = key_buffer.to(torch.float64) * k_scale, value_buffer.to(torch.float64) * v_scale
+    # The new tokens as the kernel receives them: divided in bf16 by the pool, times the scale in the kernel.
+    k_seen = k.clone().div_(k_scale).double() * k_scale if cache == "fp8-scaled" else k
+    v_seen = v.clone().div_(v_scale).double() * v_scale if cache == "fp8-scaled" else v
+    assert_close_to_reference(out, _reference_on(setup, layer, fb, q, k_seen, v_seen, key_buffer, value_buffer))
