@@ -575,3 +575,50 @@ def test_sglangs_own_cpu_backend_drives_the_sgl_kernel_names(sgl, mode, cache, m
     k_seen = k.clone().div_(k_scale).double() * k_scale if cache == "fp8-scaled" else k
     v_seen = v.clone().div_(v_scale).double() * v_scale if cache == "fp8-scaled" else v
     assert_close_to_reference(out, _reference_on(setup, layer, fb, q, k_seen, v_seen, key_buffer, value_buffer))
+
+
+@pytest.mark.parametrize("tree", [True, False], ids=["tree", "chain"])
+@pytest.mark.parametrize("cache", [torch.bfloat16, torch.float8_e4m3fn], ids=["bf16", "fp8"])
+def test_target_verify_batch_with_a_token_tree(sgl, tree, cache):
+    """Speculative decoding's verify step (NGRAM, EAGLE): SGLang hands a TARGET_VERIFY batch with no extend fields;
+    each request extends by its L draft tokens after its committed ones. A token tree comes as spec_info's
+    custom_mask in SGLang's CPU layout [B * L * L] (tree_topk != 1); a chain (tree_topk 1) is plain causal."""
+    layer = _layer(sgl, 0, 4, 2, 64)
+    setup = Setup(sgl, "mha", cache, [layer], torch.Generator().manual_seed(43))
+    committed, draft = [5, 21, 12], 6
+    fb = setup.batch("decode", committed, [draft] * 3)  # slots for the draft tokens; the mode set below
+    fb.forward_mode = sgl.batch_info.ForwardMode.TARGET_VERIFY
+    fb.seq_lens = torch.tensor(committed, dtype=torch.int64)  # SGLang's verify batch: the committed tokens
+    g = torch.Generator().manual_seed(47)
+    parents = [[0] + [int(torch.randint(0, i, (1,), generator=g)) for i in range(1, draft)] for _ in committed]
+    mask = torch.zeros(3, draft, draft, dtype=torch.bool)
+    for b, parent in enumerate(parents):
+        for i in range(draft):
+            mask[b, i] = mask[b, parent[i]] if i else mask[b, i]
+            mask[b, i, i] = True
+    fb.spec_info = types.SimpleNamespace(
+        draft_token_num=draft, tree_topk=2 if tree else 1, custom_mask=mask.flatten() if tree else None
+    )
+    q = torch.randn(3 * draft, 4 * 64, generator=g).to(torch.bfloat16)
+    k = torch.randn(3 * draft, 2 * 64, generator=g).to(torch.bfloat16)
+    v = torch.randn(3 * draft, 2 * 64, generator=g).to(torch.bfloat16)
+    out = setup.run("rvv", layer, fb, q, k, v).view(-1, 4, 64)
+    key_buffer, value_buffer = setup._buffers("rvv", layer)
+    if cache == torch.float8_e4m3fn:
+        key_buffer, value_buffer = key_buffer.to(torch.float64), value_buffer.to(torch.float64)
+    ref = reference.extend_attention_options(
+        q.view(-1, 4, 64),
+        k.view(-1, 2, 64).double(),
+        v.view(-1, 2, 64).double(),
+        key_buffer,
+        value_buffer,
+        setup.req_to_token_pool.req_to_token,
+        fb.req_pool_indices,
+        fb.seq_lens + draft,
+        torch.full((3,), draft),
+        torch.arange(0, 3 * draft, draft),
+        layer.scaling,
+        0.0,
+        tree_mask=mask.flatten() if tree else None,
+    )
+    assert_close_to_reference(out, ref)

@@ -32,10 +32,17 @@ What it serves:
   1.0 when the checkpoint has none), through the ``*_fp8_cpu`` operators;
   the new tokens are quantized exactly as the pool's ``set_kv_buffer`` does.
 
-It refuses, with an error naming what is missing: speculative decoding's
-tree masks and an encoder-only layer with a cached prefix. (SGLang's CPU
-path has no int8 pool, so the int8 operators of ``torch.ops.rvv_attn`` have
-none to serve.)
+- speculative decoding's target-verify batches (every request extends by
+  its draft tokens; a token tree's ``custom_mask`` becomes the kernel's tree
+  mask, as SGLang's CPU backend passes it when ``tree_topk != 1``) and the
+  draft model's extend batches. That serves NGRAM, which has no draft model.
+  EAGLE also needs multi-step draft decoding backends, which SGLang builds
+  from a fixed table of its own backends (speculative/draft_utils.py): it
+  refuses ``--attention-backend rvv`` for EAGLE at startup.
+
+It refuses, with an error naming what is missing, an encoder-only layer with
+a cached prefix. (SGLang's CPU path has no int8 pool, so the int8 operators
+of ``torch.ops.rvv_attn`` have none to serve.)
 """
 
 from __future__ import annotations
@@ -98,14 +105,11 @@ class RvvAttnBackend(AttentionBackend):
 
     def init_forward_metadata(self, forward_batch: ForwardBatch) -> None:
         mode = forward_batch.forward_mode
-        if mode.is_target_verify() or "DRAFT" in mode.name:
-            raise NotImplementedError(
-                f"the rvv attention backend does not serve speculative decoding (forward mode {mode.name}); "
-                "start SGLang without --speculative-algorithm"
-            )
-        if mode.is_decode_or_idle():
+        if mode.is_target_verify():
+            self.forward_metadata = ExtendMetadata.verify(forward_batch)
+        elif mode.is_decode_or_idle():
             self.forward_metadata = None
-        else:
+        else:  # extend, mixed, split prefill, the draft model's extend
             self.forward_metadata = ExtendMetadata.of(forward_batch)
         self._bind_swa(forward_batch.out_cache_loc)
 
@@ -256,7 +260,7 @@ class RvvAttnBackend(AttentionBackend):
             layer.scaling,
             float(layer.logit_cap or 0.0),
         )
-        options = (layer.is_cross_attention, _kernel_window(layer), forward_batch.encoder_lens, sinks)
+        options = (layer.is_cross_attention, _kernel_window(layer), forward_batch.encoder_lens, sinks, meta.tree_mask)
         if fp8:
             # The new tokens are attended as given, the prefix as the cache holds it (as SGLang's CPU backend).
             ops.extend_attention_fp8_cpu(*arguments, *_fp8_scales(layer), *options)
@@ -334,16 +338,43 @@ class ExtendMetadata:
     extend_start_loc: torch.Tensor
     prefix_lens: torch.Tensor
     max_extend_len: int
+    tree_mask: torch.Tensor | None = None  # speculative verify: [B * L * L] bool, L draft tokens each
 
     @classmethod
     def of(cls, forward_batch: ForwardBatch) -> ExtendMetadata:
         extend_seq_lens = forward_batch.extend_seq_lens
         lengths = getattr(forward_batch, "extend_seq_lens_cpu", None)
         longest = max(lengths) if lengths else int(extend_seq_lens.max())
+        prefix_lens = getattr(forward_batch, "extend_prefix_lens", None)
         return cls(
             seq_lens=forward_batch.seq_lens,
             extend_seq_lens=extend_seq_lens,
             extend_start_loc=forward_batch.extend_start_loc,
-            prefix_lens=forward_batch.extend_prefix_lens,
+            prefix_lens=forward_batch.seq_lens - extend_seq_lens if prefix_lens is None else prefix_lens,
             max_extend_len=int(longest),
+        )
+
+    @classmethod
+    def verify(cls, forward_batch: ForwardBatch) -> ExtendMetadata:
+        """A target-verify batch carries no extend fields: every request extends by the draft's L tokens after
+        its seq_lens committed ones (as SGLang's CPU backend derives them). A token tree (tree_topk != 1: EAGLE's
+        topk > 1, NGRAM's -1) comes with spec_info.custom_mask, SGLang's CPU layout [B * L * L]; a chain
+        (tree_topk 1) is the causal mask, and gets none."""
+        spec = forward_batch.spec_info
+        if spec is None:
+            raise RuntimeError("a target-verify batch without spec_info: the draft tokens' count is unknown")
+        draft, batch = int(spec.draft_token_num), forward_batch.batch_size
+        committed = forward_batch.seq_lens.to(torch.int64)
+        tree_mask = None
+        if getattr(spec, "tree_topk", 1) != 1:
+            custom_mask = getattr(spec, "custom_mask", None)
+            if custom_mask is not None and custom_mask.numel() > 0:
+                tree_mask = custom_mask
+        return cls(
+            seq_lens=committed + draft,
+            extend_seq_lens=torch.full((batch,), draft, dtype=torch.int64),
+            extend_start_loc=torch.arange(0, batch * draft, draft, dtype=torch.int64),
+            prefix_lens=committed,
+            max_extend_len=draft,
+            tree_mask=tree_mask,
         )
