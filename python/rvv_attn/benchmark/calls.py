@@ -26,6 +26,7 @@ from .. import ops
 from .shapes import Shape
 
 STATIC_SCALE = 0.02
+FP8_SCALE = 0.05  # fp8 codes ~N(0, 1) * 20 (most of e4m3's range), values ~N(0, 1)
 # Slots per random block the caches are filled from.
 FILL_BLOCK = 256
 DECODE_SPLITS = 8
@@ -48,6 +49,8 @@ def _filled(shape: tuple[int, ...], dtype: str, g: torch.Generator) -> torch.Ten
         small = torch.randint(-127, 128, block, generator=g, dtype=torch.int8)
     elif dtype == "scale":
         small = torch.rand(block, generator=g) * 0.02 + 0.01
+    elif dtype == "fp8":
+        small = (torch.randn(block, generator=g) * 20).to(torch.float8_e4m3fn)
     else:
         small = torch.randn(block, generator=g).bfloat16()
     copies = -(-shape[0] // block[0])
@@ -64,6 +67,8 @@ class Cache:
     def dequantized(self, idx: torch.Tensor, static: float | None) -> tuple[torch.Tensor, torch.Tensor]:
         """Rows ``idx`` of K and V in bfloat16, as a plain-torch backend gathers them: [tokens, H_kv, D]."""
         k, v = self.k.index_select(0, idx), self.v.index_select(0, idx)
+        if k.dtype == torch.float8_e4m3fn:
+            return (k.float() * static).bfloat16(), (v.float() * static).bfloat16()
         if self.k_scale is None:
             return k, v
         if static is not None:
@@ -74,14 +79,14 @@ class Cache:
 
 def make_cache(shape: Shape, slots: int, g: torch.Generator) -> Cache:
     h = shape.heads
-    kind = "bf16" if shape.dtype == "bf16" else "int8"
+    kind = shape.dtype if shape.dtype in ("bf16", "fp8") else "int8"
     if h.v_in_k:
         k = _filled((slots, h.heads_kv, h.head_dim), kind, g)
         v = k[..., : h.head_dim_v]
     else:
         k = _filled((slots, h.heads_kv, h.head_dim), kind, g)
         v = _filled((slots, h.heads_kv, h.head_dim_v), kind, g)
-    if kind == "bf16":
+    if kind in ("bf16", "fp8"):
         return Cache(k, v, None, None)
     return Cache(k, v, _filled((slots, h.heads_kv), "scale", g), _filled((slots, h.heads_kv), "scale", g))
 
@@ -95,8 +100,8 @@ def _token_map(shape: Shape, tokens: int, g: torch.Generator) -> tuple[torch.Ten
 
 
 def _static_scale(shape: Shape) -> float | None:
-    """The int8 operators' scale argument as the SDPA side needs it: a number when static, None when dynamic."""
-    return STATIC_SCALE if shape.dtype == "int8-static" else None
+    """The cache's scale as the SDPA side needs it: a number when static (fp8 too), None when dynamic or bf16."""
+    return {"int8-static": STATIC_SCALE, "fp8": FP8_SCALE}.get(shape.dtype)
 
 
 def decode_calls(shape: Shape, g: torch.Generator) -> Calls:
@@ -118,6 +123,13 @@ def decode_calls(shape: Shape, g: torch.Generator) -> Calls:
 
         def rvv() -> None:
             ops.decode_attention_cpu(*args, sm_scale, 0.0, False, window, None, None)
+
+    elif shape.dtype == "fp8":
+        # As SGLang calls it: its pool has written the new token, so key = value = None.
+        args = (query, cache.k, cache.v, output, None, None, loc, logits, req_to_token, pools, seq_lens)
+
+        def rvv() -> None:
+            ops.decode_attention_fp8_cpu(*args, sm_scale, 0.0, FP8_SCALE, FP8_SCALE, False, window, None, None)
 
     else:
         # Float rows, quantized and stored by the call (with dynamic scales, into the scale buffers) each time.
@@ -165,6 +177,11 @@ def extend_calls(shape: Shape, g: torch.Generator) -> Calls:
 
         def rvv() -> None:
             ops.extend_attention_cpu(*common)
+
+    elif shape.dtype == "fp8":
+
+        def rvv() -> None:
+            ops.extend_attention_fp8_cpu(*common, FP8_SCALE, FP8_SCALE)
 
     else:
         scale = STATIC_SCALE if shape.dtype == "int8-static" else float("nan")

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-DTYPES = ("bf16", "int8-static", "int8-dynamic")
+DTYPES = ("bf16", "int8-static", "int8-dynamic", "fp8")
 
 
 @dataclass(frozen=True)
@@ -42,7 +42,7 @@ BENCH_DEFAULT_HEADS = MODELS["llama3-8b"]
 class Shape:
     model: str  # a key of MODELS
     op: str  # "decode" or "extend"
-    dtype: str  # "bf16", "int8-static", "int8-dynamic"
+    dtype: str  # "bf16", "int8-static", "int8-dynamic", "fp8" (e4m3 codes, static scales)
     seq: int = 0  # decode: tokens in the sequence, the new one included
     prefix: int = 0  # extend: cached tokens before the new ones
     new: int = 0  # extend: new tokens
@@ -159,6 +159,7 @@ def quick_shapes() -> list[Shape]:
         _decode("llama3-8b", 32768),
         _decode("llama3-8b", 4096, "int8-static"),
         _decode("llama3-8b", 4096, "int8-dynamic"),
+        _decode("llama3-8b", 4096, "fp8"),
         _decode("qwen2.5-7b", 4096),
         _decode("deepseek-v2-lite", 4096),
         _decode("llama3-8b", 4096, window=128),
@@ -176,7 +177,9 @@ def full_shapes() -> list[Shape]:
     shapes += [_decode("llama3-8b", s, dt) for dt in DTYPES[1:] for s in (1024, 4096, 32768)]
     shapes += [_decode("llama3-8b", 4096, window=128), _decode("llama3-8b", 32768, window=4096)]
     shapes += [_extend("llama3-8b", p, 256) for p in (0, 1024, 8192)]
-    shapes += [_extend("llama3-8b", 0, 256, dt) for dt in DTYPES[1:]]
+    shapes += [_extend("llama3-8b", 0, 256, dt) for dt in ("int8-static", "int8-dynamic")]
+    # fp8 extend reads its cache only for the prefix (SGLang's pool writes the new tokens).
+    shapes += [_extend("llama3-8b", 1024, 256, "fp8")]
     shapes += [_extend("qwen2.5-7b", 1024, 256)]
     return shapes
 
@@ -187,11 +190,13 @@ def smoke_shapes() -> list[Shape]:
         _decode("llama3-8b", 40),
         _decode("llama3-8b", 40, "int8-static"),
         _decode("llama3-8b", 40, "int8-dynamic"),
+        _decode("llama3-8b", 40, "fp8"),
         _decode("qwen2.5-7b", 24),
         _decode("deepseek-v2-lite", 24),
         _decode("llama3-8b", 40, window=8),
         _extend("llama3-8b", 0, 8),
         _extend("llama3-8b", 16, 8),
+        _extend("llama3-8b", 16, 8, "fp8"),
     ]
 
 
