@@ -291,3 +291,23 @@ def test_wrong_dtypes_are_refused_by_name(kernel_variant):
     float_args = {k: v for k, v in args.items() if k not in ("k_scale", "v_scale")}
     with pytest.raises(RuntimeError, match=r"k_buffer is an fp8 KV cache .*decode_attention_fp8_cpu"):
         opcall.call(rvv_attn.ops.decode_attention_cpu, float_args, {})
+
+
+def test_decode_set_kv_buffer_quantizes_into_an_fp8_cache_as_the_pool_does(kernel_variant):
+    """SGLang's pool without a scale: torch's own float -> float8_e4m3fn conversion, bit for bit, values past
+    448 included (saturated or NaN as this torch converts them)."""
+    g = torch.Generator().manual_seed(71)
+    k_buffer = torch.zeros(12, 2, 16, dtype=FP8)
+    v_buffer = torch.zeros(12, 2, 8, dtype=FP8)
+    key = (torch.randn(3, 2, 16, generator=g) * 200).to(torch.bfloat16)
+    value = (torch.randn(3, 2, 8, generator=g) * 200).to(torch.bfloat16)
+    loc = torch.tensor([7, 2, 7])  # slot 7 twice: the last row stays
+    args = dict(k_buffer=k_buffer, v_buffer=v_buffer, key=key, value=value, loc=loc)
+    opcall.call(rvv_attn.ops.decode_set_kv_buffer, args, opcall.documented_writes("decode_set_kv_buffer", args))
+    for buffer, rows in ((k_buffer, key), (v_buffer, value)):
+        expected = torch.zeros_like(buffer)
+        for b, slot in enumerate(loc.tolist()):
+            expected[slot] = rows[b].to(FP8)
+        got, want = buffer.view(torch.uint8), expected.view(torch.uint8)
+        nan = (want & 0x7F) == 0x7F
+        assert torch.equal(got[~nan], want[~nan]) and bool(((got[nan] & 0x7F) == 0x7F).all())

@@ -1,10 +1,13 @@
 // decode_set_kv_buffer: k_buffer[loc[b]] = key[b], v_buffer[loc[b]] =
 // value[b], the KV write of decode_attention_cpu as an operator of its own.
+// Into an fp8 cache (float8_e4m3fn) float rows are quantized as SGLang's
+// pool does without a scale (torch's conversion, bit for bit).
 // Every check (ops/kv_write.h) runs before the first write.
 #include <ATen/core/Tensor.h>
 #include <torch/library.h>
 
 #include "ops/attention.h"
+#include "ops/checks.h"
 #include "ops/entry_points.h"
 #include "ops/kv_write.h"
 #include "ops/overlap.h"
@@ -18,10 +21,16 @@ constexpr char kSetKvBufferName[] = "rvv_attn.decode_set_kv_buffer";
 
 void ops::decode_set_kv_buffer(const char* op, at::Tensor& k_buffer, at::Tensor& v_buffer, const at::Tensor& key,
                                const at::Tensor& value, const at::Tensor& loc) {
-  const PreparedKvWrite prepared = prepare_kv_write(op, k_buffer, v_buffer, key, value, loc);
+  const bool fp8 = k_buffer.scalar_type() == at::kFloat8_e4m3fn;
+  if (fp8) checks::same_dtype(op, "v_buffer", v_buffer, "k_buffer", k_buffer);
+  const PreparedKvWrite prepared = prepare_kv_write(op, k_buffer, v_buffer, key, value, loc, false, fp8);
   overlap::check_writes(op, {{"k_buffer", &k_buffer}, {"v_buffer", &v_buffer}},
                         {{"key", &key}, {"value", &value}, {"loc", &loc}});
-  run_kv_write(prepared);
+  if (fp8) {
+    run_fp8_write(Fp8Setup{1.0f, 1.0f}, prepared.params);
+  } else {
+    run_kv_write(prepared);
+  }
 }
 
 }  // namespace rvv_attn
