@@ -12,6 +12,8 @@ aim at both.
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -248,11 +250,19 @@ def test_extend_matches_the_dequantized_reference(kernel_variant, dtype):
     check_extend_rows(a, ref)
 
 
-@pytest.mark.parametrize("options", [dict(window=6), dict(cap=20.0), dict(sinks=True)], ids=["window", "cap", "sinks"])
+@pytest.mark.parametrize(
+    "options",
+    [dict(window=6), dict(cap=20.0), dict(sinks=True), dict(cross=True)],
+    ids=["window", "cap", "sinks", "cross"],
+)
 def test_extend_options_on_an_fp8_cache(kernel_variant, options):
     case = ExtendCase(prefix=[13, 30], extend=[9, 4], heads=8, heads_kv=2, head_dim=40, head_dim_v=24, seed=43)
     a = make_fp8_extend(case, 0.1, 0.1)
     reference_options = {}
+    if options.get("cross"):
+        # The encoder's tokens are each sequence's cached ones: map columns 0 .. enc - 1.
+        a["is_cross_attn"] = reference_options["cross"] = True
+        a["encoder_lens"] = reference_options["encoder_lens"] = torch.tensor([13, 30])
     if "window" in options:
         a["sliding_window_size"] = reference_options["window"] = options["window"]
     if "cap" in options:
@@ -311,3 +321,55 @@ def test_decode_set_kv_buffer_quantizes_into_an_fp8_cache_as_the_pool_does(kerne
         got, want = buffer.view(torch.uint8), expected.view(torch.uint8)
         nan = (want & 0x7F) == 0x7F
         assert torch.equal(got[~nan], want[~nan]) and bool(((got[nan] & 0x7F) == 0x7F).all())
+
+
+def test_mla_decode_on_an_fp8_latent_cache(kernel_variant):
+    """SGLang's MLA pool in fp8: one latent head of D = 576 (512 + 64 rope), V the K rows' first 512 columns.
+    Rows longer than one scan piece at every VLEN (576 bytes), and one NaN code in a V column of the latent
+    part, which must reach only that output column."""
+    g = torch.Generator().manual_seed(81)
+    rank, rope, heads, lens, slots = 512, 64, 8, [19, 6], 40
+    k_buffer = pool_quantize(torch.randn(slots, 1, rank + rope, generator=g) * 0.3, 0.02)
+    v_buffer = k_buffer[..., :rank]
+    free = torch.randperm(slots, generator=g).tolist()
+    req_to_token = torch.zeros(2, max(lens) + 1, dtype=torch.int32)
+    for b, n in enumerate(lens):
+        req_to_token[b, :n] = torch.tensor([free.pop() for _ in range(n)], dtype=torch.int32)
+    k_buffer[int(req_to_token[1, 2]), 0, 300] = torch.tensor(0x7F, dtype=torch.uint8).view(FP8)
+    key = (torch.randn(2, 1, rank + rope, generator=g) * 0.3).bfloat16()
+    loc = torch.tensor([int(req_to_token[b, n - 1]) for b, n in enumerate(lens)])
+    args = dict(
+        query=(torch.randn(2, heads, rank + rope, generator=g) * 0.3).bfloat16(),
+        k_buffer=k_buffer,
+        v_buffer=v_buffer,
+        output=torch.empty(2, heads, rank, dtype=torch.bfloat16),
+        key=key,
+        value=key[..., :rank],
+        loc=loc,
+        attn_logits=torch.empty(2, heads, 4, rank + 1),
+        req_to_token=req_to_token,
+        req_pool_indices=torch.arange(2),
+        seq_lens=torch.tensor(lens),
+        sm_scale=1 / math.sqrt(rank + rope),
+        logit_cap=0.0,
+        k_scale=0.02,
+        v_scale=0.02,
+    )
+    expected_k = k_buffer.clone()
+    expected_k[loc] = pool_quantize(key, 0.02)
+    run_decode(args)
+    assert torch.equal(k_buffer.view(torch.uint8), expected_k.view(torch.uint8)), "the latent rows written"
+    ref = decode_attention(
+        args["query"],
+        dequantized(k_buffer, 0.02),
+        dequantized(v_buffer, 0.02),
+        req_to_token,
+        args["req_pool_indices"],
+        args["seq_lens"],
+        args["sm_scale"],
+        0.0,
+    )
+    out = args["output"]
+    # The NaN code sits in sequence 1's K row, so in its score too: every head of sequence 1 is NaN.
+    assert torch.isnan(out[1]).all() and not torch.isnan(out[0]).any()
+    assert_close_to_reference(out[0], ref[0])
