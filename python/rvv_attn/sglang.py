@@ -5,8 +5,11 @@
 ``decode_attention_int8_cpu`` and ``extend_attention_int8_cpu`` with SGLang
 main's schemas (the four trailing
 arguments ``is_cross_attn, sliding_window_size, encoder_lens, sinks`` have
-defaults, so the older 13-argument calls work too). The calls go straight
-to rvv-attn's C++ operators. If another library (a real sgl-kernel build)
+defaults, so the older 13-argument calls work too), and SGLang 0.5.23's
+forms of decode and extend (the fp8 cache's ``key_scale``/``value_scale``
+after the caches; extend's ``tree_mask`` and ``is_causal``) as their
+overloads ``kv_scales``: a call picks the form its arguments fit. The calls
+go straight to rvv-attn's C++ operators. If another library (a real sgl-kernel build)
 already defines one of these names, the import raises RuntimeError naming it
 and registers nothing.
 
