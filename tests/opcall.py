@@ -196,7 +196,7 @@ def _new_token_slots(a: Mapping[str, object]) -> list[int]:
     return slots
 
 
-def _owned_rows(a: Mapping[str, object]) -> list[int]:
+def owned_rows(a: Mapping[str, object]) -> list[int]:
     """Rows of o_extend some sequence owns: extend_start_loc[b] ..+ extend_seq_lens[b]."""
     return [
         r
@@ -227,7 +227,7 @@ def documented_writes(name: str, a: Mapping[str, object]) -> dict[str, torch.Ten
         writes["attn_logits"] = everything(a["attn_logits"])
     if name.startswith("extend_attention"):
         o = a["o_extend"]
-        writes["o_extend"] = rows(o, [r for r in _owned_rows(a) if 0 <= r < o.shape[0]])
+        writes["o_extend"] = rows(o, [r for r in owned_rows(a) if 0 <= r < o.shape[0]])
     return writes
 
 

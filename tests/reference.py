@@ -127,6 +127,11 @@ def extend_attention(
 # division in float32, rounding half to even, clamped to [-127, 127].
 
 
+def fp8_pool_quantize(x: torch.Tensor, scale: float) -> torch.Tensor:
+    """SGLang's fp8 pool (MHATokenToKVPool.set_kv_buffer): divide in place in x's dtype, then torch converts."""
+    return x.clone().div_(scale).to(torch.float8_e4m3fn)
+
+
 def quantize_int8(x: torch.Tensor, scale: float | None) -> tuple[torch.Tensor, torch.Tensor]:
     """Quantize rows x[..., D] -> (int8 [..., D], float32 scales [...])."""
     xf = x.float()

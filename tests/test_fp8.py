@@ -15,6 +15,7 @@ import pytest
 import torch
 
 import rvv_attn
+from reference import fp8_pool_quantize as pool_quantize
 
 FLOATS = [torch.float32, torch.bfloat16, torch.float16]
 ALL_CODES = torch.arange(256, dtype=torch.uint8)
@@ -23,11 +24,6 @@ ALL_CODES = torch.arange(256, dtype=torch.uint8)
 def bits(t: torch.Tensor) -> torch.Tensor:
     """The bit patterns of a float tensor (NaN payloads included), for exact comparison."""
     return t.view({4: torch.int32, 2: torch.int16, 1: torch.uint8}[t.element_size()])
-
-
-def pool_quantize(x: torch.Tensor, scale: float) -> torch.Tensor:
-    """SGLang's fp8 pool (MHATokenToKVPool.set_kv_buffer): divide in place in x's dtype, then torch converts."""
-    return x.clone().div_(scale).to(torch.float8_e4m3fn)
 
 
 def same_values(got: torch.Tensor, expected: torch.Tensor) -> bool:

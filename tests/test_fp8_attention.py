@@ -22,16 +22,12 @@ import rvv_attn
 from cases.decode import decode_block, make_case
 from cases.extend import Case as ExtendCase
 from reference import decode_attention, decode_attention_options, extend_attention_options
+from reference import fp8_pool_quantize as pool_quantize
 from tolerances import TOLERANCES, assert_close_to_reference
 
 DECODE = rvv_attn.ops.decode_attention_fp8_cpu
 EXTEND = rvv_attn.ops.extend_attention_fp8_cpu
 FP8 = torch.float8_e4m3fn
-
-
-def pool_quantize(x: torch.Tensor, scale: float) -> torch.Tensor:
-    """SGLang's fp8 pool (set_kv_buffer): divide in place in x's dtype, then torch converts."""
-    return x.clone().div_(scale).to(FP8)
 
 
 def dequantized(cache: torch.Tensor, scale: float) -> torch.Tensor:
@@ -51,7 +47,7 @@ def decode_call(c, k_scale: float, v_scale: float, **options) -> dict:
 
 
 def run_decode(args: dict) -> None:
-    opcall.call(DECODE, args, opcall.documented_writes("decode_attention_fp8_cpu", args))
+    opcall.call_documented("decode_attention_fp8_cpu", args)
 
 
 def make_fp8_decode(lens, heads, heads_kv, d, dv, dtype, k_scale, v_scale, seed=0, splits=3, write=True):
@@ -228,16 +224,12 @@ def expected_extend(a: dict, **options) -> torch.Tensor:
 
 
 def run_extend(a: dict) -> None:
-    opcall.call(EXTEND, a, opcall.documented_writes("extend_attention_fp8_cpu", a))
+    opcall.call_documented("extend_attention_fp8_cpu", a)
 
 
 def check_extend_rows(a: dict, ref: torch.Tensor) -> None:
-    rows = opcall_rows(a)
+    rows = opcall.owned_rows(a)
     assert_close_to_reference(a["o_extend"][rows], ref[rows])
-
-
-def opcall_rows(a: dict) -> list[int]:
-    return [r for s, n in zip(a["extend_start_loc"].tolist(), a["extend_seq_lens"].tolist()) for r in range(s, s + n)]
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=str)

@@ -18,6 +18,7 @@ import pytest
 import torch
 
 import reference
+from cases.extend import token_tree_masks
 from tolerances import TOLERANCES, assert_close_to_reference
 
 pytestmark = pytest.mark.sglang
@@ -465,7 +466,7 @@ def test_fp8_pool_matches_its_reference_and_the_bf16_pool(sgl, mode, scales):
     for i, scale in enumerate((k_scale, v_scale)):
         x = values.to(torch.bfloat16)
         setups[torch.bfloat16]._buffers("rvv", layer)[i].copy_(x)
-        setups[torch.float8_e4m3fn]._buffers("rvv", layer)[i].copy_(x.clone().div_(scale).to(torch.float8_e4m3fn))
+        setups[torch.float8_e4m3fn]._buffers("rvv", layer)[i].copy_(reference.fp8_pool_quantize(x, scale))
     prefix_lens = [3, 40, 17]
     new_lens = [1, 1, 1] if mode == "decode" else [5, 2, 9]
     g = torch.Generator().manual_seed(31)
@@ -482,7 +483,7 @@ def test_fp8_pool_matches_its_reference_and_the_bf16_pool(sgl, mode, scales):
         if dtype == torch.float8_e4m3fn:
             # The new rows are the pool's codes for them, and the reference reads the cache's values.
             for buffer, new, scale in ((key_buffer, k, k_scale), (value_buffer, v, v_scale)):
-                codes = new.view(-1, 2, 64).clone().div_(scale).to(torch.float8_e4m3fn)
+                codes = reference.fp8_pool_quantize(new.view(-1, 2, 64), scale)
                 assert torch.equal(buffer[fb.out_cache_loc].view(torch.uint8), codes.view(torch.uint8))
             key_buffer = key_buffer.to(torch.float64) * k_scale
             value_buffer = value_buffer.to(torch.float64) * v_scale
@@ -590,14 +591,9 @@ def test_target_verify_batch_with_a_token_tree(sgl, tree, cache):
     fb.forward_mode = sgl.batch_info.ForwardMode.TARGET_VERIFY
     fb.seq_lens = torch.tensor(committed, dtype=torch.int64)  # SGLang's verify batch: the committed tokens
     g = torch.Generator().manual_seed(47)
-    parents = [[0] + [int(torch.randint(0, i, (1,), generator=g)) for i in range(1, draft)] for _ in committed]
-    mask = torch.zeros(3, draft, draft, dtype=torch.bool)
-    for b, parent in enumerate(parents):
-        for i in range(draft):
-            mask[b, i] = mask[b, parent[i]] if i else mask[b, i]
-            mask[b, i, i] = True
+    mask = token_tree_masks(3, draft, g)
     fb.spec_info = types.SimpleNamespace(
-        draft_token_num=draft, tree_topk=2 if tree else 1, custom_mask=mask.flatten() if tree else None
+        draft_token_num=draft, tree_topk=2 if tree else 1, custom_mask=mask if tree else None
     )
     q = torch.randn(3 * draft, 4 * 64, generator=g).to(torch.bfloat16)
     k = torch.randn(3 * draft, 2 * 64, generator=g).to(torch.bfloat16)
@@ -619,6 +615,6 @@ def test_target_verify_batch_with_a_token_tree(sgl, tree, cache):
         torch.arange(0, 3 * draft, draft),
         layer.scaling,
         0.0,
-        tree_mask=mask.flatten() if tree else None,
+        tree_mask=mask if tree else None,
     )
     assert_close_to_reference(out, ref)

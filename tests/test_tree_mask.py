@@ -16,23 +16,12 @@ import torch
 
 import opcall
 import rvv_attn
-from cases.extend import Case
+from cases.extend import Case, token_tree_masks
 from reference import extend_attention_options
 from tolerances import assert_close_to_reference
 
 EXTEND = rvv_attn.ops.extend_attention_cpu
 EXTEND_FP8 = rvv_attn.ops.extend_attention_fp8_cpu
-
-
-def tree_masks(batch: int, draft: int, g: torch.Generator) -> torch.Tensor:
-    """A random token tree per request (draft token 0 the root, each later one's parent an earlier one):
-    token i sees its ancestors and itself, as EAGLE's verify step does. Flat bool [B * L * L]."""
-    masks = torch.zeros(batch, draft, draft, dtype=torch.bool)
-    for b in range(batch):
-        for i in range(draft):
-            masks[b, i] = masks[b, int(torch.randint(0, i, (1,), generator=g))] if i else masks[b, i]
-            masks[b, i, i] = True
-    return masks.flatten()
 
 
 def make_case(prefix, draft: int, dtype=torch.float32, seed=0, **kw) -> dict:
@@ -61,12 +50,8 @@ def run(op, a: dict) -> None:
     opcall.call(op, a, opcall.documented_writes("extend_attention_cpu", a))
 
 
-def owned_rows(a: dict) -> list[int]:
-    return [r for s, n in zip(a["extend_start_loc"].tolist(), a["extend_seq_lens"].tolist()) for r in range(s, s + n)]
-
-
 def check(a: dict, ref: torch.Tensor) -> None:
-    rows = owned_rows(a)
+    rows = opcall.owned_rows(a)
     assert_close_to_reference(a["o_extend"][rows], ref[rows])
 
 
@@ -75,13 +60,13 @@ def test_tree_mask_matches_the_reference(kernel_variant, dtype):
     block_m, block_n, _ = rvv_attn.ops.extend_attention_blocking(32, 32)
     draft = block_m + 3  # more than one query block, and keys past the first key block at small VLENs
     a = make_case([0, 7, block_n + 5], draft, dtype, seed=61)
-    a["tree_mask"] = tree_masks(3, draft, torch.Generator().manual_seed(1))
+    a["tree_mask"] = token_tree_masks(3, draft, torch.Generator().manual_seed(1))
     ref = reference(a, tree_mask=a["tree_mask"])
     run(EXTEND, a)
     check(a, ref)
     # The tree changes the result: a plain causal extend of the same tokens differs.
     causal = reference(a)
-    assert (ref[owned_rows(a)] - causal[owned_rows(a)]).abs().max() > 1e-3
+    assert (ref[opcall.owned_rows(a)] - causal[opcall.owned_rows(a)]).abs().max() > 1e-3
 
 
 def test_any_mask_even_rows_that_see_no_draft_token(kernel_variant):
@@ -105,7 +90,7 @@ def test_tree_mask_with_sinks_on_an_fp8_cache(kernel_variant):
     g = torch.Generator().manual_seed(3)
     for name in ("k_buffer", "v_buffer"):
         a[name] = (torch.randn(a[name].shape, generator=g) * 20).to(torch.float8_e4m3fn)
-    a["tree_mask"] = tree_masks(2, draft, g)
+    a["tree_mask"] = token_tree_masks(2, draft, g)
     a["sinks"] = torch.randn(8, generator=g)
     a["k_scale"] = a["v_scale"] = 0.05
     dequantized = {name: a[name].to(torch.float64) * 0.05 for name in ("k_buffer", "v_buffer")}
@@ -123,7 +108,7 @@ def test_not_causal_attends_every_new_token(kernel_variant):
     ref = reference(a, causal=False)
     run(EXTEND, a)
     check(a, ref)
-    assert (ref[owned_rows(a)] - reference(a)[owned_rows(a)]).abs().max() > 1e-3
+    assert (ref[opcall.owned_rows(a)] - reference(a)[opcall.owned_rows(a)]).abs().max() > 1e-3
 
 
 @pytest.mark.parametrize(

@@ -103,11 +103,22 @@ void extend_attention_fp8_cpu(const at::Tensor& q_extend, const OptTensor& k_ext
                         logit_cap, {is_cross_attn, sliding_window_size, encoder_lens, sinks, tree_mask, is_causal});
 }
 
+// SGLang 0.5.23's scales, given for every cache: an fp8 cache's (as
+// Fp8KvArgs), or, for a float cache, checked and not used.
+inline std::optional<ops::Fp8KvArgs> sglang_kv_scales(const char* op, const at::Tensor& k_buffer, double key_scale,
+                                                      double value_scale, bool new_tokens_scaled) {
+  if (ops::is_fp8_cache(k_buffer)) {
+    return ops::Fp8KvArgs{key_scale, value_scale, "key_scale", "value_scale", new_tokens_scaled};
+  }
+  ops::checked_fp8_scale(op, "key_scale", key_scale);
+  ops::checked_fp8_scale(op, "value_scale", value_scale);
+  return std::nullopt;
+}
+
 // SGLang 0.5.23's forms (the sgl_kernel overloads ``.kv_scales``): the
 // cache's scales come right after v_buffer as Python floats, for every
-// cache. An fp8 cache (float8_e4m3fn, or uint8) uses them; a float cache
-// holds its values as they are and does not (SGLang passes the layer's
-// k_scale_float, or 1.0, whatever the cache), but they must still be usable.
+// cache (SGLang passes the layer's k_scale_float, or 1.0, whatever the
+// cache; a float cache holds its values as they are: sglang_kv_scales).
 template <const char* Op>
 void decode_attention_cpu_kv_scales(const at::Tensor& query, at::Tensor& k_buffer, at::Tensor& v_buffer,
                                     double key_scale, double value_scale, at::Tensor& output, const OptTensor& key,
@@ -116,13 +127,8 @@ void decode_attention_cpu_kv_scales(const at::Tensor& query, at::Tensor& k_buffe
                                     const at::Tensor& seq_lens, double sm_scale, double logit_cap, bool is_cross_attn,
                                     int64_t sliding_window_size, const OptTensor& encoder_lens,
                                     const OptTensor& sinks) {
-  const ops::Fp8KvArgs fp8{key_scale, value_scale, "key_scale", "value_scale"};
-  const bool fp8_cache = ops::is_fp8_cache(k_buffer);
-  if (!fp8_cache) {
-    ops::checked_fp8_scale(Op, "key_scale", key_scale);
-    ops::checked_fp8_scale(Op, "value_scale", value_scale);
-  }
-  ops::decode_attention(Op, nullptr, fp8_cache ? &fp8 : nullptr, query, k_buffer, v_buffer, output, key, value, loc,
+  const std::optional<ops::Fp8KvArgs> fp8 = sglang_kv_scales(Op, k_buffer, key_scale, value_scale, false);
+  ops::decode_attention(Op, nullptr, fp8 ? &*fp8 : nullptr, query, k_buffer, v_buffer, output, key, value, loc,
                         attn_logits, req_to_token, req_pool_indices, seq_lens, sm_scale, logit_cap,
                         {is_cross_attn, sliding_window_size, encoder_lens, sinks});
 }
@@ -139,15 +145,10 @@ void extend_attention_cpu_kv_scales(const at::Tensor& q_extend, const OptTensor&
                                     int64_t max_len_extend, double sm_scale, double logit_cap, bool is_cross_attn,
                                     int64_t sliding_window_size, const OptTensor& encoder_lens, const OptTensor& sinks,
                                     const OptTensor& tree_mask, bool is_causal) {
-  const ops::Fp8KvArgs fp8{key_scale, value_scale, "key_scale", "value_scale", true};
-  const bool fp8_cache = ops::is_fp8_cache(k_buffer);
-  if (!fp8_cache) {
-    ops::checked_fp8_scale(Op, "key_scale", key_scale);
-    ops::checked_fp8_scale(Op, "value_scale", value_scale);
-  }
-  ops::extend_attention(Op, nullptr, fp8_cache ? &fp8 : nullptr, q_extend, k_extend, v_extend, o_extend, k_buffer,
-                        v_buffer, req_to_token, req_pool_indices, seq_lens, extend_seq_lens, extend_start_loc,
-                        max_len_extend, sm_scale, logit_cap,
+  const std::optional<ops::Fp8KvArgs> fp8 = sglang_kv_scales(Op, k_buffer, key_scale, value_scale, true);
+  ops::extend_attention(Op, nullptr, fp8 ? &*fp8 : nullptr, q_extend, k_extend, v_extend, o_extend, k_buffer, v_buffer,
+                        req_to_token, req_pool_indices, seq_lens, extend_seq_lens, extend_start_loc, max_len_extend,
+                        sm_scale, logit_cap,
                         {is_cross_attn, sliding_window_size, encoder_lens, sinks, tree_mask, is_causal});
 }
 

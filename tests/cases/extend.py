@@ -155,3 +155,16 @@ def owned_rows(a: dict) -> list[int]:
 def extend_writes(a: dict) -> dict:
     """What extend may write: the sequences' rows of o_extend, nothing else."""
     return opcall.documented_writes("extend_attention_cpu", a)
+
+
+def token_tree_masks(batch: int, draft: int, g: torch.Generator) -> torch.Tensor:
+    """Speculative decoding's verify masks in SGLang's CPU layout, flat bool [B * L * L]: per request a random
+    token tree (draft token 0 the root, each later one's parent an earlier one), token i seeing its ancestors
+    and itself, as EAGLE's verify step does."""
+    masks = torch.zeros(batch, draft, draft, dtype=torch.bool)
+    for b in range(batch):
+        for i in range(draft):
+            if i:
+                masks[b, i] = masks[b, int(torch.randint(0, i, (1,), generator=g))]
+            masks[b, i, i] = True
+    return masks.flatten()
